@@ -1,0 +1,57 @@
+// A queue pair bound to a completion service: the I/O object the async verbs functions act on.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <memory>
+
+#include "coverbs/completion_service.hpp"
+#include "coverbs/detail/posting_queue.hpp"
+#include "coverbs/verbs/queue_pair.hpp"
+
+namespace coverbs {
+
+/// An RC queue pair whose send and receive completions run on its completion service's
+/// executor. Posting beyond the queue depth waits for a free slot instead of failing.
+class async_queue_pair {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+
+  /// Creates a QP in `pd` whose send and receive queues complete through `service`.
+  async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
+                   const verbs::queue_pair_options& options = {});
+  /// Moves the QP to ERROR, waits (bounded) for the flush of requests in flight, and aborts
+  /// queued ones: no handler is lost and no buffer is released while the device may use it.
+  ~async_queue_pair();
+  async_queue_pair(const async_queue_pair&) = delete;
+  async_queue_pair& operator=(const async_queue_pair&) = delete;
+
+  /// The executor on which this QP's operations complete.
+  executor_type get_executor() const noexcept;
+  /// The underlying verbs QP (state transitions, native handle).
+  verbs::queue_pair& native() noexcept { return qp_; }
+  /// This QP's address for a peer, using `gid`.
+  verbs::queue_pair_address address(const verbs::gid_entry& gid) const noexcept {
+    return qp_.address(gid);
+  }
+  /// Connects to `peer` (RESET to RTS). Throws std::system_error.
+  void connect(const verbs::queue_pair_address& peer, const verbs::connect_options& options) {
+    qp_.connect(peer, options);
+  }
+  /// Moves the QP to ERROR: every pending operation completes with a flush error.
+  void close() noexcept { qp_.to_error(); }
+  /// The largest send that is copied inline (no registered memory needed for it).
+  std::uint32_t max_inline() const noexcept { return qp_.options().max_inline_data; }
+
+  /// Internal: where send-side work requests (send, read, write, atomics) are posted.
+  detail::posting_queue& send_queue() noexcept { return send_; }
+  /// Internal: where receives are posted.
+  detail::posting_queue& receive_queue() noexcept { return receive_; }
+
+ private:
+  std::shared_ptr<detail::completion_engine> engine_;
+  verbs::queue_pair qp_;
+  detail::posting_queue send_;
+  detail::posting_queue receive_;
+};
+
+}  // namespace coverbs

@@ -1,0 +1,34 @@
+// A shared receive queue bound to a completion service.
+#pragma once
+
+#include <memory>
+
+#include "coverbs/completion_service.hpp"
+#include "coverbs/detail/posting_queue.hpp"
+#include "coverbs/verbs/shared_receive_queue.hpp"
+
+namespace coverbs {
+
+/// Receives posted here are consumed by whichever attached QP gets a message first; they
+/// complete on the service's executor. Attach QPs by setting `queue_pair_options::srq` to
+/// `&native()`.
+class async_shared_receive_queue {
+ public:
+  /// Creates an SRQ in `pd` completing through `service`.
+  async_shared_receive_queue(completion_service& service, const verbs::protection_domain& pd,
+                             const verbs::shared_receive_queue_options& options = {})
+      : srq_(pd, options),
+        queue_(service.engine(), detail::posting_queue::kind::shared_receive, srq_.native_handle(),
+               options.max_wr) {}
+
+  /// The underlying verbs SRQ.
+  verbs::shared_receive_queue& native() noexcept { return srq_; }
+  /// Internal: where receives are posted.
+  detail::posting_queue& receive_queue() noexcept { return queue_; }
+
+ private:
+  verbs::shared_receive_queue srq_;
+  detail::posting_queue queue_;
+};
+
+}  // namespace coverbs

@@ -1,0 +1,66 @@
+// Completion service: turns a completion queue into resumptions on an Asio executor.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "coverbs/verbs/completion_queue.hpp"
+#include "coverbs/verbs/device.hpp"
+
+namespace coverbs {
+
+namespace detail {
+class completion_engine;
+}
+
+/// How the service learns that work completed.
+enum class polling_mode {
+  event,     ///< sleep in the reactor on the completion channel (default; no CPU while idle)
+  busy,      ///< poll the CQ from the executor continuously while operations are pending
+  adaptive,  ///< poll for `completion_options::spin` after each completion, then sleep on events
+};
+
+/// Settings of a completion service.
+struct completion_options {
+  polling_mode mode = polling_mode::event;
+  std::chrono::microseconds spin{50};  ///< adaptive mode: how long to poll before arming
+  int entries = 4096;                   ///< completion queue depth
+};
+
+/// Owns one completion queue (and its channel) of a device and runs its polling loop on an
+/// executor: every operation on queue pairs that use `queue()` completes on that executor,
+/// in the thread running it, without hopping through other threads. The loop runs only while
+/// operations are pending, so an idle service does not keep `io_context::run` from returning.
+class completion_service {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+
+  /// Creates the CQ on `dev`. The device must outlive the service.
+  completion_service(const executor_type& executor, const verbs::device& dev,
+                     const completion_options& options = {});
+  /// Stops polling. Queue pairs using `queue()` must be destroyed first.
+  ~completion_service();
+  completion_service(const completion_service&) = delete;
+  completion_service& operator=(const completion_service&) = delete;
+
+  /// The executor on which completions run.
+  executor_type get_executor() const noexcept;
+  /// The completion queue to create queue pairs with.
+  verbs::completion_queue& queue() noexcept;
+  /// The device the queue belongs to.
+  const verbs::device& device() const noexcept;
+  /// The configured mode.
+  polling_mode mode() const noexcept;
+  /// Operations posted and not yet completed.
+  std::size_t outstanding() const noexcept;
+
+  /// Internal: the engine shared with queue pairs.
+  const std::shared_ptr<detail::completion_engine>& engine() const noexcept { return engine_; }
+
+ private:
+  std::shared_ptr<detail::completion_engine> engine_;
+};
+
+}  // namespace coverbs

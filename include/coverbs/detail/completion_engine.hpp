@@ -1,0 +1,65 @@
+// The polling loop behind completion_service, shared with the queues that post into it.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "coverbs/completion_service.hpp"
+#include "coverbs/detail/operation.hpp"
+
+namespace coverbs::detail {
+
+class completion_engine : public std::enable_shared_from_this<completion_engine> {
+ public:
+  completion_engine(const boost::asio::any_io_executor& executor, const verbs::device& dev,
+                    const completion_options& options);
+
+  /// Called before a work request is posted: counts it and makes sure the loop runs. Arming
+  /// before posting means a completion can never slip in between the post and the arm.
+  void work_started();
+  /// Undoes `work_started` for a request whose post failed.
+  void work_abandoned() noexcept;
+  /// Completes `op` later from the executor (used for failures found while initiating, since
+  /// a handler must not run inside its initiating function).
+  void complete_later(operation* op);
+  /// Polls synchronously until `done()` holds or `timeout` passes, completing what it finds
+  /// with deferred handlers. Used when a queue pair is destroyed with requests in flight.
+  template <class Predicate>
+  void drain_until(Predicate done, std::chrono::milliseconds timeout);
+  /// Stops the loop for good.
+  void shutdown() noexcept;
+
+  boost::asio::any_io_executor executor;
+  const verbs::device& dev;
+  completion_options options;
+  std::optional<verbs::completion_channel> channel;
+  verbs::completion_queue cq;
+  std::size_t outstanding_ = 0;
+
+ private:
+  static constexpr std::size_t batch = 32;
+  void start();
+  void wait_for_event();
+  void on_event();
+  void on_poll_step();
+  /// Takes every available completion into `done`; returns how many.
+  std::size_t collect(op_queue& done);
+  static void run_handlers(op_queue& done) noexcept;
+  void drain_once(bool defer);
+
+  std::optional<boost::asio::posix::stream_descriptor> descriptor_;
+  bool active_ = false;
+  bool closed_ = false;
+  std::chrono::steady_clock::time_point last_completion_{};
+};
+
+template <class Predicate>
+void completion_engine::drain_until(Predicate done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
+}
+
+}  // namespace coverbs::detail

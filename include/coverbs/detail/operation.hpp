@@ -1,0 +1,74 @@
+// The type-erased state of one posted work request, found again through its wr_id.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+namespace coverbs::detail {
+
+class posting_queue;
+
+/// Base of every asynchronous verbs operation. The work request lives inside it so an
+/// operation that waits for a free queue slot can be posted later without copying.
+struct operation {
+  /// Delivers the stored result and frees the operation. `defer` posts the handler instead
+  /// of dispatching it (used when completing from outside the completion loop).
+  using complete_fn = void (*)(operation*, bool defer);
+
+  explicit operation(complete_fn fn) noexcept : complete(fn) {}
+
+  complete_fn complete;
+  operation* next = nullptr;
+  posting_queue* owner = nullptr;
+
+  union {
+    ibv_send_wr send;
+    ibv_recv_wr recv;
+  } wr{};
+  ibv_sge sge{};
+
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  int post_error = 0;          ///< errno of a failed post, reported instead of `status`
+  std::uint32_t byte_len = 0;
+  std::uint32_t imm = 0;       ///< immediate data in host order
+  bool cancelled = false;
+};
+
+/// Intrusive FIFO of operations; no allocation.
+class op_queue {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  void push(operation* op) noexcept {
+    op->next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = op;
+    tail_ = op;
+  }
+  operation* pop() noexcept {
+    operation* op = head_;
+    if (op != nullptr) {
+      head_ = op->next;
+      if (head_ == nullptr) tail_ = nullptr;
+      op->next = nullptr;
+    }
+    return op;
+  }
+  /// Removes `op` if queued; returns whether it was.
+  bool erase(operation* op) noexcept {
+    operation* prev = nullptr;
+    for (operation* cur = head_; cur != nullptr; prev = cur, cur = cur->next) {
+      if (cur != op) continue;
+      (prev != nullptr ? prev->next : head_) = cur->next;
+      if (tail_ == cur) tail_ = prev;
+      cur->next = nullptr;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  operation* head_ = nullptr;
+  operation* tail_ = nullptr;
+};
+
+}  // namespace coverbs::detail

@@ -1,0 +1,145 @@
+// The handler-carrying operation behind every async verbs function, and how one is started.
+#pragma once
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <cstring>
+#include <memory>
+#include <system_error>
+
+#include "coverbs/detail/posting_queue.hpp"
+#include "coverbs/error.hpp"
+
+namespace coverbs::detail {
+
+/// The error an operation ended with, from (in order) a failed post, a cancellation that the
+/// flush confirmed, or the completion status.
+inline error_code result_error(const operation& op) {
+  if (op.post_error != 0) return {op.post_error, boost::system::system_category()};
+  if (op.cancelled && op.status == IBV_WC_WR_FLUSH_ERR) return boost::asio::error::operation_aborted;
+  return make_error_code(op.status);
+}
+
+/// Result policies: what value a completed operation hands to its handler.
+struct bytes_result {
+  using value_type = std::size_t;
+  static value_type value(const operation& op) noexcept { return op.byte_len; }
+};
+struct immediate_result {
+  using value_type = std::uint32_t;
+  static value_type value(const operation& op) noexcept { return op.imm; }
+};
+struct atomic_result {
+  using value_type = std::uint64_t;
+  static value_type value(const operation& op) noexcept {
+    std::uint64_t old = 0;  // the device wrote the prior remote value into the local buffer
+    if (op.status == IBV_WC_SUCCESS && op.post_error == 0) {
+      std::memcpy(&old, reinterpret_cast<const void*>(op.sge.addr), sizeof old);
+    }
+    return old;
+  }
+};
+
+template <class Result, class Handler>
+class wr_operation final : public operation {
+ public:
+  using handler_executor =
+      boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
+  // Operations come from the handler's allocator, by default Asio's per-thread recycling
+  // cache: in steady state starting an operation allocates nothing.
+  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
+      Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<wr_operation>;
+
+  static wr_operation* create(Handler&& handler, const boost::asio::any_io_executor& io_executor) {
+    allocator_type alloc(
+        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    wr_operation* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    return ::new (static_cast<void*>(op)) wr_operation(std::move(handler), io_executor);
+  }
+
+  /// Routes cancellation of the handler's slot to the queue that owns this operation.
+  void watch_cancellation(posting_queue& queue) {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) {
+      slot.template emplace<canceller>(this, &queue);
+    }
+  }
+
+ private:
+  struct canceller {
+    operation* op;
+    posting_queue* queue;
+    void operator()(boost::asio::cancellation_type type) const {
+      if (type != boost::asio::cancellation_type::none) queue->cancel(op);
+    }
+  };
+
+  wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
+      : operation(&do_complete),
+        handler_(std::move(handler)),
+        work_(boost::asio::get_associated_executor(handler_, io_executor)) {}
+
+  static void do_complete(operation* base, bool defer) {
+    auto* self = static_cast<wr_operation*>(base);
+    auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
+    if (slot.is_connected()) slot.clear();
+    const error_code ec = result_error(*self);
+    const auto value = Result::value(*self);
+    // Free the operation before running the handler so a handler that starts the next
+    // operation reuses this memory.
+    Handler handler(std::move(self->handler_));
+    auto work(std::move(self->work_));
+    allocator_type alloc(
+        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    self->~wr_operation();
+    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+    auto bound = boost::asio::append(std::move(handler), ec, value);
+    if (defer) {
+      boost::asio::post(work.get_executor(), std::move(bound));
+    } else {
+      boost::asio::dispatch(work.get_executor(), std::move(bound));
+    }
+    work.reset();
+  }
+
+  Handler handler_;
+  boost::asio::executor_work_guard<handler_executor> work_;
+};
+
+/// Completes `handler` with `ec` without starting anything (invalid arguments).
+template <class Result, class Handler>
+void fail_immediately(Handler&& handler, const boost::asio::any_io_executor& io_executor,
+                      error_code ec) {
+  auto ex = boost::asio::get_associated_executor(handler, io_executor);
+  boost::asio::post(ex, boost::asio::append(std::move(handler), ec, typename Result::value_type{}));
+}
+
+/// Creates the operation for `handler`, lets `fill` write its work request, and submits it.
+/// `fill` receives the operation; its wr_id and scatter/gather list are already set.
+template <class Result, class Handler, class Fill>
+void start(Handler&& handler, posting_queue& queue, bool is_send, Fill&& fill) {
+  using op_type = wr_operation<Result, std::decay_t<Handler>>;
+  op_type* op = op_type::create(std::forward<Handler>(handler), queue.engine().executor);
+  if (is_send) {
+    op->wr.send.wr_id = reinterpret_cast<std::uint64_t>(static_cast<operation*>(op));
+    op->wr.send.sg_list = &op->sge;
+    op->wr.send.num_sge = 1;
+    op->wr.send.send_flags = IBV_SEND_SIGNALED;
+  } else {
+    op->wr.recv.wr_id = reinterpret_cast<std::uint64_t>(static_cast<operation*>(op));
+    op->wr.recv.sg_list = &op->sge;
+    op->wr.recv.num_sge = 1;
+  }
+  fill(*static_cast<operation*>(op));
+  op->watch_cancellation(queue);
+  queue.submit(op);
+}
+
+}  // namespace coverbs::detail

@@ -1,0 +1,85 @@
+// Reliable-connected queue pair with the state machine walked for the caller.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "coverbs/verbs/completion_queue.hpp"
+#include "coverbs/verbs/device.hpp"
+#include "coverbs/verbs/protection_domain.hpp"
+
+namespace coverbs::verbs {
+
+class shared_receive_queue;
+
+/// Sizes and attachments of a new queue pair.
+struct queue_pair_options {
+  std::uint32_t max_send_wr = 128;      ///< send queue depth
+  std::uint32_t max_recv_wr = 128;      ///< receive queue depth (ignored with an SRQ)
+  std::uint32_t max_send_sge = 1;
+  std::uint32_t max_recv_sge = 1;
+  std::uint32_t max_inline_data = 64;   ///< sends up to this size are copied into the WQE
+  shared_receive_queue* srq = nullptr;  ///< take receives from this SRQ instead of an own queue
+};
+
+/// What a peer needs to connect its queue pair to this one (exchanged out of band or by rdma_cm).
+struct queue_pair_address {
+  std::uint32_t qp_num = 0;
+  std::uint32_t psn = 0;  ///< first packet sequence number
+  ibv_gid gid{};
+  std::uint16_t lid = 0;
+};
+
+/// Path and reliability settings for `queue_pair::connect`.
+struct connect_options {
+  gid_entry local_gid;               ///< which local GID (and port) to send from
+  ibv_mtu mtu = ibv_mtu{};           ///< zero: the port's active MTU
+  std::uint8_t max_rd_atomic = 16;   ///< outstanding reads/atomics (capped by the device)
+  std::uint8_t timeout = 14;         ///< local ACK timeout, 4.096 us * 2^timeout
+  std::uint8_t retry_count = 7;
+  std::uint8_t rnr_retry = 7;        ///< 7 retries forever on receiver-not-ready
+  std::uint8_t min_rnr_timer = 12;
+  /// Remote rights the peer's requests get on this QP (memory regions still decide per region).
+  int remote_access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+};
+
+/// Owns an RC `ibv_qp`.
+class queue_pair {
+ public:
+  /// Creates a QP in RESET state.
+  queue_pair(const protection_domain& pd, const completion_queue& send_cq,
+             const completion_queue& recv_cq, const queue_pair_options& options = {});
+  /// Wraps a QP created by rdma_cm (rdma_create_qp); the cm id destroys it.
+  static queue_pair adopt(ibv_qp* qp, const queue_pair_options& options) noexcept;
+
+  /// The libibverbs handle.
+  ibv_qp* native_handle() const noexcept { return qp_.get(); }
+  /// The sizes the QP was created with (the device may round depths up).
+  const queue_pair_options& options() const noexcept { return options_; }
+  /// This QP's address using `gid`, for the peer's `connect`.
+  queue_pair_address address(const gid_entry& gid) const noexcept;
+  /// Moves RESET -> INIT -> RTR -> RTS towards `peer`. Throws std::system_error.
+  void connect(const queue_pair_address& peer, const connect_options& options);
+  /// Moves the QP to ERROR: outstanding work requests complete with a flush status.
+  void to_error() noexcept;
+  /// The QP's current state as the device reports it.
+  ibv_qp_state state() const;
+
+ private:
+  struct destroyer {
+    bool owned = true;
+    void operator()(ibv_qp* qp) const noexcept {
+      if (owned && qp != nullptr) ibv_destroy_qp(qp);
+    }
+  };
+  queue_pair(ibv_qp* qp, bool owned, const queue_pair_options& options) noexcept
+      : qp_(qp, destroyer{owned}), options_(options) {}
+  std::unique_ptr<ibv_qp, destroyer> qp_;
+  queue_pair_options options_;
+  std::uint32_t psn_ = 0;
+  std::uint8_t port_ = 1;
+};
+
+}  // namespace coverbs::verbs

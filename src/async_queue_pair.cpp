@@ -1,0 +1,29 @@
+#include "coverbs/async_queue_pair.hpp"
+
+#include <chrono>
+
+namespace coverbs {
+
+async_queue_pair::async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
+                                   const verbs::queue_pair_options& options)
+    : engine_(service.engine()),
+      qp_(pd, service.queue(), service.queue(), options),
+      send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), options.max_send_wr),
+      receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
+               options.srq != nullptr ? 0 : options.max_recv_wr) {}
+
+async_queue_pair::~async_queue_pair() {
+  if (send_.in_flight() + receive_.in_flight() > 0) {
+    qp_.to_error();
+    engine_->drain_until([this] { return send_.in_flight() + receive_.in_flight() == 0; },
+                         std::chrono::milliseconds(2000));
+  }
+  send_.abort_waiting();
+  receive_.abort_waiting();
+}
+
+async_queue_pair::executor_type async_queue_pair::get_executor() const noexcept {
+  return engine_->executor;
+}
+
+}  // namespace coverbs

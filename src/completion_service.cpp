@@ -1,0 +1,249 @@
+#include "coverbs/completion_service.hpp"
+
+#include <arpa/inet.h>
+
+#include <array>
+#include <boost/asio/post.hpp>
+
+#include "coverbs/detail/completion_engine.hpp"
+#include "coverbs/detail/posting_queue.hpp"
+
+namespace coverbs {
+namespace detail {
+
+completion_engine::completion_engine(const boost::asio::any_io_executor& ex, const verbs::device& d,
+                                     const completion_options& opts)
+    : executor(ex),
+      dev(d),
+      options(opts),
+      channel(opts.mode == polling_mode::busy ? std::nullopt : std::make_optional<verbs::completion_channel>(d)),
+      cq(d, opts.entries, channel ? &*channel : nullptr) {
+  if (channel) descriptor_.emplace(executor, channel->fd());
+}
+
+void completion_engine::work_started() {
+  ++outstanding_;
+  if (!active_) start();
+}
+
+void completion_engine::work_abandoned() noexcept {
+  // A wait with nothing left to complete would keep io_context::run from returning.
+  if (--outstanding_ == 0 && active_ && descriptor_) {
+    boost::system::error_code ignored;
+    descriptor_->cancel(ignored);
+    active_ = false;
+  }
+}
+
+void completion_engine::complete_later(operation* op) { op->complete(op, true); }
+
+void completion_engine::start() {
+  if (closed_) return;
+  active_ = true;
+  if (options.mode == polling_mode::event) {
+    cq.request_notify();
+    wait_for_event();
+  } else {
+    last_completion_ = std::chrono::steady_clock::now();
+    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+  }
+}
+
+void completion_engine::wait_for_event() {
+  descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                          [self = shared_from_this()](const boost::system::error_code& ec) {
+                            if (!ec && !self->closed_) self->on_event();
+                          });
+}
+
+void completion_engine::on_event() {
+  // Every pending channel event must be taken and acknowledged, or the fd stays readable
+  // and the CQ cannot be destroyed.
+  unsigned events = 0;
+  ibv_cq* cq_out = nullptr;
+  void* context = nullptr;
+  while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
+  cq.acknowledge(events);
+
+  op_queue done;
+  collect(done);
+  cq.request_notify();
+  // Completions that landed before the re-arm raise no event: poll once more after arming.
+  collect(done);
+  if (outstanding_ == 0) {
+    active_ = false;
+  } else if (options.mode == polling_mode::adaptive) {
+    last_completion_ = std::chrono::steady_clock::now();
+    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+  } else {
+    wait_for_event();
+  }
+  run_handlers(done);
+}
+
+void completion_engine::on_poll_step() {
+  if (closed_) return;
+  op_queue done;
+  const auto now = std::chrono::steady_clock::now();
+  if (collect(done) > 0) last_completion_ = now;
+  if (outstanding_ == 0) {
+    active_ = false;
+  } else if (options.mode == polling_mode::busy || now - last_completion_ < options.spin) {
+    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+  } else {
+    cq.request_notify();
+    if (collect(done) > 0) {
+      last_completion_ = now;
+      boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+    } else {
+      wait_for_event();
+    }
+  }
+  run_handlers(done);
+}
+
+std::size_t completion_engine::collect(op_queue& done) {
+  std::array<ibv_wc, batch> wcs;
+  std::size_t total = 0;
+  for (;;) {
+    const std::size_t n = cq.poll(wcs);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ibv_wc& wc = wcs[i];
+      auto* op = reinterpret_cast<operation*>(wc.wr_id);
+      op->status = wc.status;
+      if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
+        op->byte_len = wc.byte_len;
+        if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) op->imm = ntohl(wc.imm_data);
+      }
+      --outstanding_;
+      op->owner->on_completed(done);
+      done.push(op);
+    }
+    total += n;
+    if (n < wcs.size()) return total;
+  }
+}
+
+void completion_engine::run_handlers(op_queue& done) noexcept {
+  // Static: a handler may destroy the service that ran this loop.
+  while (operation* op = done.pop()) op->complete(op, false);
+}
+
+void completion_engine::drain_once(bool defer) {
+  op_queue done;
+  collect(done);
+  while (operation* op = done.pop()) op->complete(op, defer);
+}
+
+void completion_engine::shutdown() noexcept {
+  closed_ = true;
+  if (descriptor_) {
+    boost::system::error_code ignored;
+    descriptor_->cancel(ignored);
+    descriptor_->release();  // the fd belongs to the completion channel
+  }
+  if (channel) {
+    unsigned events = 0;
+    ibv_cq* cq_out = nullptr;
+    void* context = nullptr;
+    while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
+    cq.acknowledge(events);
+  }
+}
+
+// posting_queue ------------------------------------------------------------------------------
+
+void posting_queue::submit(operation* op) {
+  op->owner = this;
+  if (!waiting_.empty() || in_flight_ >= capacity_) {
+    waiting_.push(op);
+    return;
+  }
+  if (int err = post(op); err != 0) {
+    op->post_error = err;
+    engine_->complete_later(op);
+  }
+}
+
+int posting_queue::post(operation* op) {
+  engine_->work_started();
+  ++in_flight_;
+  int rc = 0;
+  switch (kind_) {
+    case kind::send: {
+      ibv_send_wr* bad = nullptr;
+      rc = ibv_post_send(static_cast<ibv_qp*>(native_), &op->wr.send, &bad);
+      break;
+    }
+    case kind::receive: {
+      ibv_recv_wr* bad = nullptr;
+      rc = ibv_post_recv(static_cast<ibv_qp*>(native_), &op->wr.recv, &bad);
+      break;
+    }
+    case kind::shared_receive: {
+      ibv_recv_wr* bad = nullptr;
+      rc = ibv_post_srq_recv(static_cast<ibv_srq*>(native_), &op->wr.recv, &bad);
+      break;
+    }
+  }
+  if (rc != 0) {
+    --in_flight_;
+    engine_->work_abandoned();
+  }
+  return rc;
+}
+
+void posting_queue::on_completed(op_queue& done) {
+  --in_flight_;
+  while (!waiting_.empty() && in_flight_ < capacity_) {
+    operation* next = waiting_.pop();
+    if (int err = post(next); err != 0) {
+      next->post_error = err;
+      done.push(next);
+    }
+  }
+}
+
+void posting_queue::cancel(operation* op) {
+  op->cancelled = true;
+  if (waiting_.erase(op)) {
+    op->status = IBV_WC_WR_FLUSH_ERR;
+    boost::asio::post(engine_->executor, [op] { op->complete(op, false); });
+    return;
+  }
+  if (kind_ != kind::shared_receive) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(static_cast<ibv_qp*>(native_), &attr, IBV_QP_STATE);
+  }
+  // An SRQ cannot be put in error for one request: the receive stays posted until a message
+  // consumes it, and `cancelled` is cleared by nobody, so it still reports its data.
+}
+
+void posting_queue::abort_waiting() {
+  while (operation* op = waiting_.pop()) {
+    op->cancelled = true;
+    op->status = IBV_WC_WR_FLUSH_ERR;
+    op->complete(op, true);
+  }
+}
+
+}  // namespace detail
+
+// completion_service -------------------------------------------------------------------------
+
+completion_service::completion_service(const executor_type& executor, const verbs::device& dev,
+                                       const completion_options& options)
+    : engine_(std::make_shared<detail::completion_engine>(executor, dev, options)) {}
+
+completion_service::~completion_service() { engine_->shutdown(); }
+
+completion_service::executor_type completion_service::get_executor() const noexcept {
+  return engine_->executor;
+}
+verbs::completion_queue& completion_service::queue() noexcept { return engine_->cq; }
+const verbs::device& completion_service::device() const noexcept { return engine_->dev; }
+polling_mode completion_service::mode() const noexcept { return engine_->options.mode; }
+std::size_t completion_service::outstanding() const noexcept { return engine_->outstanding_; }
+
+}  // namespace coverbs
