@@ -61,8 +61,8 @@ device device::open(std::string_view name) {
     if (context == nullptr) detail::throw_errno("ibv_open_device");
     return device(context, true);
   }
-  throw_no_device(name.empty() ? std::string("no RDMA device")
-                               : "no RDMA device named " + std::string(name));
+  throw_no_device(name.empty() ? std::string("opening the first RDMA device")
+                               : "opening RDMA device " + std::string(name));
 }
 
 device device::open_for(const boost::asio::ip::address& address) {
@@ -74,7 +74,7 @@ device device::open_for(const boost::asio::ip::address& address) {
       }
     }
   }
-  throw_no_device("no RDMA device has address " + address.to_string());
+  throw_no_device("looking for the RDMA device of " + address.to_string());
 }
 
 device device::adopt(ibv_context* context) noexcept { return device(context, false); }
