@@ -12,6 +12,13 @@ async_queue_pair::async_queue_pair(completion_service& service, const verbs::pro
       receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
                options.srq != nullptr ? 0 : options.max_recv_wr) {}
 
+async_queue_pair::async_queue_pair(completion_service& service, verbs::queue_pair&& qp)
+    : engine_(service.engine()),
+      qp_(std::move(qp)),
+      send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), qp_.options().max_send_wr),
+      receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
+               qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {}
+
 async_queue_pair::~async_queue_pair() {
   if (send_.in_flight() + receive_.in_flight() > 0) {
     qp_.to_error();

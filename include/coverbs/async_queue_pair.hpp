@@ -19,6 +19,9 @@ class async_queue_pair {
   /// Creates a QP in `pd` whose send and receive queues complete through `service`.
   async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
                    const verbs::queue_pair_options& options = {});
+  /// Takes over `qp`, which must have been created with `service.queue()` as both CQs (for
+  /// example by rdma_cm's rdma_create_qp).
+  async_queue_pair(completion_service& service, verbs::queue_pair&& qp);
   /// Moves the QP to ERROR, waits (bounded) for the flush of requests in flight, and aborts
   /// queued ones: no handler is lost and no buffer is released while the device may use it.
   ~async_queue_pair();
