@@ -36,6 +36,15 @@ struct immediate_result {
   using value_type = std::uint32_t;
   static value_type value(const operation& op) noexcept { return op.imm; }
 };
+/// A receive's length together with its immediate data (the stream protocol needs both).
+struct received {
+  std::size_t bytes = 0;
+  std::uint32_t imm = 0;
+};
+struct received_result {
+  using value_type = received;
+  static value_type value(const operation& op) noexcept { return {op.byte_len, op.imm}; }
+};
 struct atomic_result {
   using value_type = std::uint64_t;
   static value_type value(const operation& op) noexcept {

@@ -1,0 +1,76 @@
+// A fixed-capacity copy of an Asio buffer sequence, so a pending operation can keep it without
+// templates or allocation.
+#pragma once
+
+#include <array>
+#include <boost/asio/buffer.hpp>
+#include <cstddef>
+#include <cstring>
+
+namespace coverbs::detail {
+
+template <class Buffer>
+class buffer_list {
+ public:
+  /// Takes at most `capacity` buffers of `sequence`, skipping empty ones; a *_some operation
+  /// may move fewer bytes than offered, so the rest of a longer sequence can wait.
+  template <class Sequence>
+  explicit buffer_list(const Sequence& sequence) {
+    for (auto it = boost::asio::buffer_sequence_begin(sequence);
+         it != boost::asio::buffer_sequence_end(sequence) && count_ < capacity; ++it) {
+      Buffer b(*it);
+      if (b.size() > 0) buffers_[count_++] = b;
+    }
+  }
+  buffer_list() = default;
+
+  std::size_t bytes() const noexcept {
+    std::size_t total = 0;
+    for (std::size_t i = first_; i < count_; ++i) total += buffers_[i].size();
+    return total;
+  }
+  bool empty() const noexcept { return first_ == count_; }
+
+  /// Copies up to `n` bytes from the front into `out`, consuming them; returns the count.
+  std::size_t take(std::byte* out, std::size_t n) noexcept
+    requires std::is_same_v<Buffer, boost::asio::const_buffer>
+  {
+    std::size_t done = 0;
+    while (done < n && first_ < count_) {
+      auto& b = buffers_[first_];
+      const std::size_t k = std::min(n - done, b.size());
+      std::memcpy(out + done, b.data(), k);
+      done += k;
+      b += k;
+      if (b.size() == 0) ++first_;
+    }
+    return done;
+  }
+
+  /// Copies up to `n` bytes of `in` into the front, consuming that space; returns the count.
+  std::size_t put(const std::byte* in, std::size_t n) noexcept
+    requires std::is_same_v<Buffer, boost::asio::mutable_buffer>
+  {
+    std::size_t done = 0;
+    while (done < n && first_ < count_) {
+      auto& b = buffers_[first_];
+      const std::size_t k = std::min(n - done, b.size());
+      std::memcpy(b.data(), in + done, k);
+      done += k;
+      b += k;
+      if (b.size() == 0) ++first_;
+    }
+    return done;
+  }
+
+ private:
+  static constexpr std::size_t capacity = 16;
+  std::array<Buffer, capacity> buffers_{};
+  std::size_t count_ = 0;
+  std::size_t first_ = 0;
+};
+
+using const_buffer_list = buffer_list<boost::asio::const_buffer>;
+using mutable_buffer_list = buffer_list<boost::asio::mutable_buffer>;
+
+}  // namespace coverbs::detail

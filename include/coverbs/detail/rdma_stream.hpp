@@ -1,0 +1,79 @@
+// The RDMA transport of a socket: credit-based flow control over pools of pre-registered
+// buffers, so no memory is registered per operation and a sender never meets an empty
+// receive queue (no receiver-not-ready retries).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "coverbs/async_queue_pair.hpp"
+#include "coverbs/detail/stream_core.hpp"
+#include "coverbs/detail/wr_operation.hpp"
+#include "coverbs/verbs/memory_region.hpp"
+
+namespace coverbs::detail {
+
+/// One side's receive pool; each side learns the other's at connection time.
+struct stream_geometry {
+  std::uint16_t buffers = 32;
+  std::uint32_t buffer_size = 64 * 1024;
+};
+
+/// Every stream message is a SEND with immediate data laid out like this.
+namespace stream_imm {
+constexpr std::uint32_t credits_mask = 0xffff;   ///< receive buffers the sender re-posted
+constexpr std::uint32_t message_bit = 1u << 30;  ///< a boundary-keeping message, not stream bytes
+constexpr std::uint32_t fin_bit = 1u << 31;      ///< the sender shut down its sending side
+}  // namespace stream_imm
+
+class rdma_stream final : public stream_core, public std::enable_shared_from_this<rdma_stream> {
+ public:
+  /// Receive buffers each side keeps beyond its data pool for zero-length control messages
+  /// (credit reports, FIN). Their credits are implicit: the receiver re-posts them at once,
+  /// so the sender counts one back when its send completes. Reporting them explicitly would
+  /// need a message per report, and two peers would then report to each other for ever.
+  static constexpr std::uint32_t control_slots = 4;
+
+  /// `qp` must be connected (or about to be, with `start()` called before the peer may send).
+  /// `resources` keeps alive what the QP depends on (PD, completion service, cm id) until the
+  /// last flush completion has been seen.
+  rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
+              const verbs::protection_domain& pd, stream_geometry local, stream_geometry peer);
+  ~rdma_stream() override;
+
+  /// Posts the whole receive pool.
+  void start();
+  void shutdown_send() override;
+  void close() override;
+  std::size_t max_message_size() const noexcept override { return peer_.buffer_size; }
+  /// The queue pair, for one-sided operations on the same connection.
+  async_queue_pair& queue_pair() noexcept { return *qp_; }
+  /// Reports that the connection manager saw the peer leave (rdma_cm DISCONNECTED).
+  void peer_disconnected();
+
+ private:
+  struct receive_done;
+  struct send_done;
+  void release(std::uint32_t tag) override;
+  std::size_t transmit(const_buffer_list& buffers, bool message) override;
+  void post_receive(std::uint32_t index);
+  void post_send(std::uint32_t index, std::size_t length, std::uint32_t flags);
+  void on_receive(std::uint32_t index, error_code ec, received r);
+  void on_send(std::uint32_t index, error_code ec);
+  void send_control_messages();
+  std::uint32_t take_credits() noexcept;
+
+  std::shared_ptr<void> resources_;
+  std::unique_ptr<async_queue_pair> qp_;
+  stream_geometry local_, peer_;
+  std::vector<std::byte> receive_memory_, send_memory_;
+  verbs::memory_region receive_mr_, send_mr_;
+  std::vector<std::uint32_t> free_send_;
+  std::uint32_t credits_;               ///< peer receive buffers we may still fill
+  std::uint32_t credits_to_return_ = 0;  ///< our re-posted buffers not yet reported
+  std::uint32_t control_credits_ = control_slots;
+  bool fin_wanted_ = false, fin_sent_ = false, closed_ = false;
+  std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
+};
+
+}  // namespace coverbs::detail

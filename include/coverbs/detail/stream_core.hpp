@@ -1,0 +1,104 @@
+// The transport-independent half of a coverbs socket: pending user operations, the queue of
+// arrived bytes and messages, end of stream and failure. RDMA and TCP transports implement
+// only how bytes move; everything users observe is decided here, once.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "coverbs/detail/buffer_list.hpp"
+#include "coverbs/error.hpp"
+
+namespace coverbs::detail {
+
+using size_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
+using default_socket_token = boost::asio::default_completion_token_t<boost::asio::any_io_executor>;
+
+class stream_core {
+ public:
+  enum class op { read, write, receive, send };
+
+  explicit stream_core(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
+  virtual ~stream_core() = default;
+  stream_core(const stream_core&) = delete;
+  stream_core& operator=(const stream_core&) = delete;
+
+  const boost::asio::any_io_executor& get_executor() const noexcept { return executor_; }
+
+  /// Stream read: at least one byte, or eof once the peer shut down and all was read.
+  void read_some(const mutable_buffer_list& buffers, size_handler handler);
+  /// Stream write: as many bytes as the transport takes now (at least one), else waits.
+  void write_some(const const_buffer_list& buffers, size_handler handler);
+  /// Takes the next whole message; a too-small buffer gets message_size and keeps it queued.
+  void receive_message(const mutable_buffer_list& buffers, size_handler handler);
+  /// Sends `buffers` as one message (at most `max_message_size()` bytes).
+  void send_message(const const_buffer_list& buffers, size_handler handler);
+  /// Ends every pending user operation with operation_aborted; the connection stays usable.
+  void cancel();
+  /// Ends one kind of pending operation with operation_aborted (a cancellation slot's target).
+  void cancel(op which);
+
+  /// No more sends from this side; the peer reads eof after what was sent.
+  virtual void shutdown_send() = 0;
+  /// Tears the connection down; pending operations end with operation_aborted.
+  virtual void close() = 0;
+  /// Largest message `send_message` carries.
+  virtual std::size_t max_message_size() const noexcept = 0;
+
+ protected:
+  struct segment {
+    const std::byte* data;
+    std::size_t size;
+    std::uint32_t tag;  ///< handed back to `release` when consumed
+  };
+
+  // What the transport reports (on the executor).
+  void deliver_bytes(const segment& s);
+  void deliver_message(const segment& s);
+  void deliver_end_of_stream();
+  void deliver_failure(error_code ec);
+  /// The transport can take more: retries waiting writes and sends.
+  void capacity_available();
+  bool failed() const noexcept { return failure_.has_value(); }
+
+  // What the transport provides.
+  /// A segment was consumed; its memory may be reused.
+  virtual void release(std::uint32_t tag) = 0;
+  /// Sends what it can of `buffers` now and returns how many bytes it took (0: none possible).
+  /// For a message it takes all or nothing.
+  virtual std::size_t transmit(const_buffer_list& buffers, bool message) = 0;
+
+ private:
+  struct pending_read {
+    mutable_buffer_list buffers;
+    size_handler handler;
+  };
+  struct pending_write {
+    const_buffer_list buffers;
+    size_handler handler;
+  };
+  void serve_read(bool defer);
+  void serve_receive(bool defer);
+  void serve_write(bool defer);
+  void serve_send(bool defer);
+  void complete(size_handler& handler, error_code ec, std::size_t n, bool defer);
+  template <class Pending>
+  void watch(Pending& pending, op which);
+  error_code read_error() const;
+
+  boost::asio::any_io_executor executor_;
+  std::deque<segment> bytes_;
+  std::size_t front_offset_ = 0;
+  std::deque<segment> messages_;
+  bool end_of_stream_ = false;
+  std::optional<error_code> failure_;
+  std::optional<pending_read> read_, receive_;
+  std::optional<pending_write> write_, send_;
+};
+
+}  // namespace coverbs::detail

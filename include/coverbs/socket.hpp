@@ -1,0 +1,156 @@
+// coverbs::socket: a connected RDMA (or TCP fallback) stream with the shape of
+// boost::asio::ip::tcp::socket, plus boundary-keeping messages.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <chrono>
+#include <memory>
+#include <type_traits>
+
+#include "coverbs/completion_service.hpp"
+#include "coverbs/detail/stream_core.hpp"
+#include "coverbs/error.hpp"
+
+namespace coverbs {
+
+/// Which network carries a socket.
+enum class transport {
+  automatic,  ///< RDMA where a device serves the address, else TCP
+  rdma,
+  tcp,
+};
+
+/// Settings of a socket (and of the sockets an acceptor produces).
+struct socket_options {
+  transport kind = transport::automatic;
+  polling_mode mode = polling_mode::event;         ///< RDMA completion polling
+  std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
+  std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
+  std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
+};
+
+/// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
+/// subset (same constructors, member names, completion signatures and error codes), so it is
+/// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
+/// `async_read_until` work on it unchanged, with any completion token. One read and one write
+/// may be outstanding at a time, as with Asio.
+class socket {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using protocol_type = boost::asio::ip::tcp;
+  using endpoint_type = boost::asio::ip::tcp::endpoint;
+
+  /// A closed socket whose operations run on `executor`.
+  explicit socket(const executor_type& executor, const socket_options& options = {})
+      : executor_(executor), options_(options) {}
+  /// A closed socket whose operations run on `context`'s executor.
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  explicit socket(ExecutionContext& context, const socket_options& options = {})
+      : socket(context.get_executor(), options) {}
+  socket(socket&&) noexcept = default;
+  socket& operator=(socket&&) noexcept;
+  /// Closes the socket; pending operations end with operation_aborted.
+  ~socket();
+
+  /// The executor on which handlers run by default.
+  executor_type get_executor() const noexcept { return executor_; }
+  /// True once connected (or accepted) and until closed.
+  bool is_open() const noexcept { return impl_ != nullptr; }
+  /// The transport in use (`automatic` while closed).
+  transport transport_in_use() const noexcept { return in_use_; }
+  /// The options this socket was made with.
+  const socket_options& options() const noexcept { return options_; }
+
+  /// Closes the connection; pending operations end with operation_aborted.
+  void close();
+  /// As above, reporting through `ec` (closing never fails today).
+  void close(error_code& ec);
+  /// Shuts down sending (the peer reads eof), receiving, or both.
+  void shutdown(boost::asio::socket_base::shutdown_type what);
+  /// As above, with `bad_descriptor` in `ec` when not open.
+  void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec);
+  /// Ends pending operations with operation_aborted; the connection stays usable.
+  void cancel();
+  /// As above, with `bad_descriptor` in `ec` when not open.
+  void cancel(error_code& ec);
+  /// The local address and port; throws `bad_descriptor` when not open.
+  endpoint_type local_endpoint() const;
+  /// As above, with the error in `ec`.
+  endpoint_type local_endpoint(error_code& ec) const;
+  /// The peer's address and port; throws `bad_descriptor` when not open.
+  endpoint_type remote_endpoint() const;
+  /// As above, with the error in `ec`.
+  endpoint_type remote_endpoint(error_code& ec) const;
+
+  /// Reads at least one byte into `buffers`. Completion: `void(error_code, std::size_t)`;
+  /// `asio::error::eof` once the peer has shut down and everything was read.
+  template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_read_some(const MutableBufferSequence& buffers,
+                       CompletionToken&& token = detail::default_socket_token()) {
+    return initiate(&detail::stream_core::read_some, detail::mutable_buffer_list(buffers),
+                    std::forward<CompletionToken>(token));
+  }
+  /// Writes at least one byte of `buffers`. Completion: `void(error_code, std::size_t)`.
+  template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_write_some(const ConstBufferSequence& buffers,
+                        CompletionToken&& token = detail::default_socket_token()) {
+    return initiate(&detail::stream_core::write_some, detail::const_buffer_list(buffers),
+                    std::forward<CompletionToken>(token));
+  }
+  /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
+  /// tcp::socket's alias of write_some). At most `options().buffer_size` bytes.
+  template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_send(const ConstBufferSequence& buffers,
+                  CompletionToken&& token = detail::default_socket_token()) {
+    return initiate(&detail::stream_core::send_message, detail::const_buffer_list(buffers),
+                    std::forward<CompletionToken>(token));
+  }
+  /// Receives the next whole message. A buffer too small for it gives `message_size` and the
+  /// message stays queued for a larger one.
+  template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_receive(const MutableBufferSequence& buffers,
+                     CompletionToken&& token = detail::default_socket_token()) {
+    return initiate(&detail::stream_core::receive_message, detail::mutable_buffer_list(buffers),
+                    std::forward<CompletionToken>(token));
+  }
+
+  /// Internal: makes this socket the owner of an established connection.
+  void attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
+              endpoint_type remote);
+  /// Internal: the connection, for transport-specific operations.
+  const std::shared_ptr<detail::stream_core>& impl() const noexcept { return impl_; }
+
+ private:
+  template <class Buffers, class CompletionToken>
+  auto initiate(void (detail::stream_core::*member)(const Buffers&, detail::size_handler),
+                Buffers buffers, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+        [member](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
+                 const Buffers& buffers) {
+          if (!impl) {
+            boost::asio::post(ex, boost::asio::append(std::move(handler),
+                                                      error_code(boost::asio::error::bad_descriptor),
+                                                      std::size_t{0}));
+            return;
+          }
+          ((*impl).*member)(buffers, detail::size_handler(std::move(handler)));
+        },
+        token, impl_, executor_, std::move(buffers));
+  }
+
+  executor_type executor_;
+  socket_options options_;
+  std::shared_ptr<detail::stream_core> impl_;
+  transport in_use_ = transport::automatic;
+  endpoint_type local_, remote_;
+};
+
+}  // namespace coverbs

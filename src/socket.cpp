@@ -1,0 +1,107 @@
+#include "coverbs/socket.hpp"
+
+#include <boost/system/system_error.hpp>
+
+namespace coverbs {
+namespace {
+
+void throw_if(const error_code& ec, const char* what) {
+  if (ec) throw boost::system::system_error(ec, what);
+}
+
+}  // namespace
+
+socket& socket::operator=(socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    executor_ = std::move(other.executor_);
+    options_ = other.options_;
+    impl_ = std::move(other.impl_);
+    in_use_ = other.in_use_;
+    local_ = other.local_;
+    remote_ = other.remote_;
+  }
+  return *this;
+}
+
+socket::~socket() { close(); }
+
+void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
+                    endpoint_type remote) {
+  close();
+  impl_ = std::move(impl);
+  in_use_ = kind;
+  local_ = local;
+  remote_ = remote;
+}
+
+void socket::close() {
+  if (impl_) {
+    impl_->close();
+    impl_.reset();
+  }
+  in_use_ = transport::automatic;
+}
+
+void socket::close(error_code& ec) {
+  close();
+  ec = {};
+}
+
+void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec) {
+  ec = {};
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return;
+  }
+  // Receiving cannot be refused to a peer that holds credits; shutting it down only matters
+  // for sends, which the peer must learn about.
+  if (what != boost::asio::socket_base::shutdown_receive) impl_->shutdown_send();
+}
+
+void socket::shutdown(boost::asio::socket_base::shutdown_type what) {
+  error_code ec;
+  shutdown(what, ec);
+  throw_if(ec, "shutdown");
+}
+
+void socket::cancel(error_code& ec) {
+  ec = {};
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return;
+  }
+  impl_->cancel();
+}
+
+void socket::cancel() {
+  error_code ec;
+  cancel(ec);
+  throw_if(ec, "cancel");
+}
+
+socket::endpoint_type socket::local_endpoint(error_code& ec) const {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  return impl_ ? local_ : endpoint_type();
+}
+
+socket::endpoint_type socket::local_endpoint() const {
+  error_code ec;
+  auto ep = local_endpoint(ec);
+  throw_if(ec, "local_endpoint");
+  return ep;
+}
+
+socket::endpoint_type socket::remote_endpoint(error_code& ec) const {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  return impl_ ? remote_ : endpoint_type();
+}
+
+socket::endpoint_type socket::remote_endpoint() const {
+  error_code ec;
+  auto ep = remote_endpoint(ec);
+  throw_if(ec, "remote_endpoint");
+  return ep;
+}
+
+}  // namespace coverbs

@@ -1,0 +1,191 @@
+#include "coverbs/detail/stream_core.hpp"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+
+namespace coverbs::detail {
+
+namespace error = boost::asio::error;
+
+template <class Pending>
+void stream_core::watch(Pending& pending, op which) {
+  auto slot = boost::asio::get_associated_cancellation_slot(pending.handler);
+  if (slot.is_connected()) {
+    slot.assign([this, which](boost::asio::cancellation_type) { cancel(which); });
+  }
+}
+
+void stream_core::complete(size_handler& handler, error_code ec, std::size_t n, bool defer) {
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  if (slot.is_connected()) slot.clear();
+  // A handler never runs inside its initiating function: completions found there are posted.
+  // Both hand over to the handler's own associated executor.
+  if (defer) {
+    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, n));
+  } else {
+    boost::asio::dispatch(executor_, boost::asio::append(std::move(handler), ec, n));
+  }
+}
+
+error_code stream_core::read_error() const {
+  if (failure_) return *failure_;
+  return error::eof;
+}
+
+void stream_core::read_some(const mutable_buffer_list& buffers, size_handler handler) {
+  if (read_) return complete(handler, error::in_progress, 0, true);
+  read_.emplace(pending_read{buffers, std::move(handler)});
+  watch(*read_, op::read);
+  serve_read(true);
+}
+
+void stream_core::serve_read(bool defer) {
+  if (!read_) return;
+  if (read_->buffers.empty()) {  // Asio: a zero-sized read completes at once
+    auto h = std::move(read_->handler);
+    read_.reset();
+    return complete(h, {}, 0, defer);
+  }
+  std::size_t total = 0;
+  while (!bytes_.empty() && !read_->buffers.empty()) {
+    segment& s = bytes_.front();
+    const std::size_t n = read_->buffers.put(s.data + front_offset_, s.size - front_offset_);
+    total += n;
+    front_offset_ += n;
+    if (front_offset_ == s.size) {
+      const std::uint32_t tag = s.tag;
+      bytes_.pop_front();
+      front_offset_ = 0;
+      release(tag);
+    }
+  }
+  if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
+  auto h = std::move(read_->handler);
+  read_.reset();
+  complete(h, total > 0 ? error_code{} : read_error(), total, defer);
+}
+
+void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
+  if (receive_) return complete(handler, error::in_progress, 0, true);
+  receive_.emplace(pending_read{buffers, std::move(handler)});
+  watch(*receive_, op::receive);
+  serve_receive(true);
+}
+
+void stream_core::serve_receive(bool defer) {
+  if (!receive_) return;
+  if (messages_.empty()) {
+    if (!end_of_stream_ && !failure_) return;
+    auto h = std::move(receive_->handler);
+    receive_.reset();
+    return complete(h, read_error(), 0, defer);
+  }
+  const segment s = messages_.front();
+  auto h = std::move(receive_->handler);
+  if (receive_->buffers.bytes() < s.size) {
+    receive_.reset();
+    return complete(h, error::message_size, 0, defer);  // kept queued: no data is lost
+  }
+  receive_->buffers.put(s.data, s.size);
+  receive_.reset();
+  messages_.pop_front();
+  release(s.tag);
+  complete(h, {}, s.size, defer);
+}
+
+void stream_core::write_some(const const_buffer_list& buffers, size_handler handler) {
+  if (write_) return complete(handler, error::in_progress, 0, true);
+  write_.emplace(pending_write{buffers, std::move(handler)});
+  watch(*write_, op::write);
+  serve_write(true);
+}
+
+void stream_core::serve_write(bool defer) {
+  if (!write_) return;
+  error_code ec;
+  std::size_t n = 0;
+  if (failure_) {
+    ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
+  } else if (!write_->buffers.empty()) {
+    n = transmit(write_->buffers, false);
+    if (n == 0) return;  // no credit or buffer now; capacity_available() retries
+  }
+  auto h = std::move(write_->handler);
+  write_.reset();
+  complete(h, ec, n, defer);
+}
+
+void stream_core::send_message(const const_buffer_list& buffers, size_handler handler) {
+  if (send_) return complete(handler, error::in_progress, 0, true);
+  if (buffers.bytes() > max_message_size()) return complete(handler, error::message_size, 0, true);
+  send_.emplace(pending_write{buffers, std::move(handler)});
+  watch(*send_, op::send);
+  serve_send(true);
+}
+
+void stream_core::serve_send(bool defer) {
+  if (!send_) return;
+  error_code ec;
+  const std::size_t size = send_->buffers.bytes();
+  if (failure_) {
+    ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
+  } else if (transmit(send_->buffers, true) == 0 && size > 0) {
+    return;
+  }
+  auto h = std::move(send_->handler);
+  send_.reset();
+  complete(h, ec, ec ? 0 : size, defer);
+}
+
+void stream_core::cancel() {
+  for (op which : {op::read, op::write, op::receive, op::send}) cancel(which);
+}
+
+void stream_core::cancel(op which) {
+  auto abort = [&](auto& pending) {
+    if (!pending) return;
+    auto h = std::move(pending->handler);
+    pending.reset();
+    complete(h, error::operation_aborted, 0, true);
+  };
+  switch (which) {
+    case op::read: return abort(read_);
+    case op::write: return abort(write_);
+    case op::receive: return abort(receive_);
+    case op::send: return abort(send_);
+  }
+}
+
+void stream_core::deliver_bytes(const segment& s) {
+  bytes_.push_back(s);
+  serve_read(false);
+}
+
+void stream_core::deliver_message(const segment& s) {
+  messages_.push_back(s);
+  serve_receive(false);
+}
+
+void stream_core::deliver_end_of_stream() {
+  end_of_stream_ = true;
+  serve_read(false);
+  serve_receive(false);
+}
+
+void stream_core::deliver_failure(error_code ec) {
+  if (failure_) return;
+  failure_ = ec;
+  serve_read(false);
+  serve_receive(false);
+  serve_write(false);
+  serve_send(false);
+}
+
+void stream_core::capacity_available() {
+  serve_write(false);
+  serve_send(false);
+}
+
+}  // namespace coverbs::detail

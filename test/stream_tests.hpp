@@ -1,0 +1,157 @@
+// Test bodies shared by every transport: each takes a connected pair of sockets (a, b) and
+// the io_context running them, so RDMA and TCP run the very same assertions.
+#pragma once
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/test/unit_test.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coverbs/socket.hpp"
+
+namespace coverbs::test {
+
+namespace asio = boost::asio;
+using namespace asio::experimental::awaitable_operators;
+
+/// Runs `body` as a coroutine to completion within `limit`, rethrowing its exception.
+template <class F>
+void run_coroutine(asio::io_context& io, F body, std::chrono::seconds limit = std::chrono::seconds(120)) {
+  std::exception_ptr failure;
+  bool finished = false;
+  asio::co_spawn(io, std::move(body), [&](std::exception_ptr e) {
+    failure = e;
+    finished = true;
+    io.stop();  // a connection's posted receives keep the context busy for ever
+  });
+  io.restart();
+  io.run_for(limit);
+  BOOST_REQUIRE_MESSAGE(finished, "coroutine did not finish within the time limit");
+  if (failure) std::rethrow_exception(failure);
+}
+
+inline std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+/// asio::async_write and asio::async_read move a large random payload both ways at once.
+inline void bulk_both_ways(asio::io_context& io, socket& a, socket& b, std::size_t size) {
+  const auto ab = random_bytes(size, 1), ba = random_bytes(size, 2);
+  std::vector<std::byte> at_b(size), at_a(size);
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    auto [w1, r1, w2, r2] = co_await (asio::async_write(a, asio::buffer(ab), asio::use_awaitable) &&
+                                      asio::async_read(b, asio::buffer(at_b), asio::use_awaitable) &&
+                                      asio::async_write(b, asio::buffer(ba), asio::use_awaitable) &&
+                                      asio::async_read(a, asio::buffer(at_a), asio::use_awaitable));
+    BOOST_TEST(w1 == size);
+    BOOST_TEST(r1 == size);
+    BOOST_TEST(w2 == size);
+    BOOST_TEST(r2 == size);
+  });
+  BOOST_TEST((at_b == ab));
+  BOOST_TEST((at_a == ba));
+}
+
+/// async_read_until finds lines across reads; shutdown gives the reader eof after the data.
+inline void lines_then_eof(asio::io_context& io, socket& a, socket& b) {
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    const std::string text = "first line\nsecond line\nthird";
+    co_await asio::async_write(a, asio::buffer(text), asio::use_awaitable);
+    a.shutdown(asio::socket_base::shutdown_send);
+    asio::streambuf buf;
+    std::size_t n = co_await asio::async_read_until(b, buf, '\n', asio::use_awaitable);
+    std::string line(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + static_cast<long>(n));
+    BOOST_TEST(line == "first line\n");
+    buf.consume(n);
+    n = co_await asio::async_read_until(b, buf, '\n', asio::use_awaitable);
+    BOOST_TEST(n == 12u);
+    buf.consume(n);
+    auto [ec, m] = co_await asio::async_read_until(b, buf, '\n', asio::as_tuple(asio::use_awaitable));
+    BOOST_TEST((ec == asio::error::eof), ec.message());
+    BOOST_TEST(std::string(asio::buffers_begin(buf.data()), asio::buffers_end(buf.data())) == "third");
+    // The other direction still works after a one-way shutdown.
+    co_await asio::async_write(b, asio::buffer(std::string("reply")), asio::use_awaitable);
+    std::array<char, 5> reply;
+    co_await asio::async_read(a, asio::buffer(reply), asio::use_awaitable);
+    BOOST_TEST(std::string(reply.data(), 5) == "reply");
+  });
+}
+
+/// Messages keep their boundaries; a too-small buffer gets message_size and loses nothing.
+inline void messages_keep_boundaries(asio::io_context& io, socket& a, socket& b) {
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    for (std::size_t size : {1u, 100u, 3000u}) {
+      co_await a.async_send(asio::buffer(std::string(size, 'x')), asio::use_awaitable);
+    }
+    co_await a.async_send(asio::buffer(std::string(10, 'y')), asio::use_awaitable);
+    std::vector<char> buf(4096);
+    for (std::size_t size : {1u, 100u, 3000u}) {
+      const std::size_t n = co_await b.async_receive(asio::buffer(buf), asio::use_awaitable);
+      BOOST_TEST(n == size);
+    }
+    std::array<char, 4> tiny;
+    auto [ec, n] = co_await b.async_receive(asio::buffer(tiny), asio::as_tuple(asio::use_awaitable));
+    BOOST_TEST((ec == asio::error::message_size));
+    n = co_await b.async_receive(asio::buffer(buf), asio::use_awaitable);
+    BOOST_TEST(n == 10u);
+    BOOST_TEST(std::string(buf.data(), n) == std::string(10, 'y'));
+    auto [big_ec, big_n] = co_await a.async_send(asio::buffer(std::vector<char>(a.options().buffer_size + 1)),
+                                                 asio::as_tuple(asio::use_awaitable));
+    BOOST_TEST((big_ec == asio::error::message_size));
+    BOOST_TEST(big_n == 0u);
+  });
+}
+
+/// A read that loses a race with a timer is cancelled, and the connection is unharmed.
+inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& io, socket& a, socket& b) {
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    std::array<char, 16> buf;
+    asio::steady_timer timer(io, std::chrono::milliseconds(100));
+    auto result = co_await (b.async_read_some(asio::buffer(buf), asio::use_awaitable) ||
+                            timer.async_wait(asio::use_awaitable));
+    BOOST_TEST(result.index() == 1u);
+    co_await asio::async_write(a, asio::buffer(std::string("still here")), asio::use_awaitable);
+    std::array<char, 10> got;
+    co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
+    BOOST_TEST(std::string(got.data(), 10) == "still here");
+  });
+}
+
+/// Closing a socket ends its pending read with operation_aborted; the peer reads eof where a
+/// connection manager tells it (`peer_notified`; bare loopback queue pairs have none).
+inline void close_aborts_pending_and_peer_sees_eof(asio::io_context& io, socket& a, socket& b,
+                                                   bool peer_notified = true) {
+  error_code pending = asio::error::would_block, peer = asio::error::would_block;
+  std::array<char, 8> buf_a, buf_b;
+  a.async_read_some(asio::buffer(buf_a), [&](error_code ec, std::size_t) { pending = ec; });
+  b.async_read_some(asio::buffer(buf_b), [&](error_code ec, std::size_t) { peer = ec; });
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  a.close();
+  BOOST_TEST(!a.is_open());
+  io.restart();
+  io.run_for(std::chrono::seconds(30));
+  BOOST_TEST((pending == asio::error::operation_aborted), pending.message());
+  if (peer_notified) {
+    BOOST_TEST((peer == asio::error::eof), peer.message());
+  } else {
+    b.close();
+    io.restart();
+    io.run_for(std::chrono::seconds(30));
+    BOOST_TEST((peer == asio::error::operation_aborted), peer.message());
+  }
+}
+
+}  // namespace coverbs::test
