@@ -55,6 +55,7 @@ class library_category_impl final : public std::error_category {
       case errc::misaligned_atomic: return "atomic operation on an address not aligned to 8 bytes";
       case errc::not_connected: return "queue pair is not connected";
       case errc::unsupported_operation: return "operation not supported by this transport";
+      case errc::malformed_frame: return "malformed or inconsistent frame from peer";
     }
     return "unknown coverbs error";
   }
@@ -67,6 +68,7 @@ class library_category_impl final : public std::error_category {
       case errc::misaligned_atomic: return std::errc::invalid_argument;
       case errc::not_connected: return std::errc::not_connected;
       case errc::unsupported_operation: return std::errc::operation_not_supported;
+      case errc::malformed_frame: return std::errc::bad_message;
     }
     return {value, *this};
   }

@@ -46,6 +46,7 @@ enum class errc {
   misaligned_atomic,      ///< atomics need an 8-byte aligned address on both ends
   not_connected,          ///< the queue pair is not ready to send
   unsupported_operation,  ///< the transport cannot carry this operation
+  malformed_frame,        ///< a TCP-fallback frame from a peer breaks the wire protocol
 };
 
 /// The category of `wc_errc`: messages name the verbs status, conditions map to `std::errc`.

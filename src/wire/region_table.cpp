@@ -1,0 +1,97 @@
+#include "coverbs/wire/region_table.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+#include "coverbs/error.hpp"
+
+namespace coverbs::wire {
+
+remote_buffer region_table::register_region(std::span<std::byte> memory, verbs::access rights) {
+  if (memory.size() > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::length_error("coverbs: a region must be shorter than 4 GiB");
+  }
+  // A peer must not guess keys it was never given, so keys come from the OS's random source
+  // rather than a counter or a seeded generator whose state a peer could learn.
+  std::random_device random;
+  std::uint32_t rkey = 0;
+  while (rkey == 0 || regions_.contains(rkey)) rkey = random();
+  regions_.emplace(rkey, region{memory, rights});
+  return {reinterpret_cast<std::uint64_t>(memory.data()), rkey, static_cast<std::uint32_t>(memory.size())};
+}
+
+void region_table::deregister(std::uint32_t rkey) noexcept {
+  regions_.erase(rkey);
+}
+
+std::error_code region_table::locate(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
+                                     verbs::access right, std::byte*& at) const noexcept {
+  const auto it = regions_.find(rkey);
+  if (it == regions_.end() || !verbs::has(it->second.rights, right)) return wc_errc::remote_access;
+  const std::span<std::byte> memory = it->second.memory;
+  const auto start = reinterpret_cast<std::uint64_t>(memory.data());
+  // Written so that no sum can wrap: addr - start only after addr >= start is known.
+  if (addr < start || addr - start > memory.size() || length > memory.size() - (addr - start)) {
+    return wc_errc::remote_access;
+  }
+  at = memory.data() + (addr - start);
+  return {};
+}
+
+std::error_code region_table::check(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
+                                    verbs::access right) const noexcept {
+  std::byte* at = nullptr;
+  return locate(rkey, addr, length, right, at);
+}
+
+std::error_code region_table::apply_write(std::uint32_t rkey, std::uint64_t addr,
+                                          std::span<const std::byte> data) noexcept {
+  std::byte* at = nullptr;
+  if (auto ec = locate(rkey, addr, data.size(), verbs::access::remote_write, at)) return ec;
+  if (!data.empty()) std::memcpy(at, data.data(), data.size());
+  return {};
+}
+
+std::error_code region_table::apply_read(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
+                                         std::span<std::byte> out) const noexcept {
+  if (out.size() < length) return errc::buffer_too_small;
+  std::byte* at = nullptr;
+  if (auto ec = locate(rkey, addr, length, verbs::access::remote_read, at)) return ec;
+  if (length != 0) std::memcpy(out.data(), at, length);
+  return {};
+}
+
+std::error_code region_table::locate_word(std::uint32_t rkey, std::uint64_t addr,
+                                          std::uint64_t*& word) noexcept {
+  std::byte* at = nullptr;
+  // The device checks key, rights and bounds before alignment (rxe does), so the errors agree.
+  if (auto ec = locate(rkey, addr, sizeof(std::uint64_t), verbs::access::remote_atomic, at)) return ec;
+  if (addr % alignof(std::uint64_t) != 0) return wc_errc::remote_invalid_request;
+  word = reinterpret_cast<std::uint64_t*>(at);
+  return {};
+}
+
+// atomic_ref makes the update atomic with respect to local threads that use atomics on the same
+// word too, as IBV_ATOMIC_GLOB devices are with the CPU.
+std::error_code region_table::apply_fetch_add(std::uint32_t rkey, std::uint64_t addr, std::uint64_t add,
+                                              std::uint64_t& previous) noexcept {
+  std::uint64_t* word = nullptr;
+  if (auto ec = locate_word(rkey, addr, word)) return ec;
+  previous = std::atomic_ref(*word).fetch_add(add);
+  return {};
+}
+
+std::error_code region_table::apply_compare_swap(std::uint32_t rkey, std::uint64_t addr,
+                                                 std::uint64_t compare, std::uint64_t swap,
+                                                 std::uint64_t& previous) noexcept {
+  std::uint64_t* word = nullptr;
+  if (auto ec = locate_word(rkey, addr, word)) return ec;
+  std::atomic_ref(*word).compare_exchange_strong(compare, swap);
+  previous = compare;  // compare_exchange leaves the value it found in `compare`
+  return {};
+}
+
+}  // namespace coverbs::wire
