@@ -1,0 +1,39 @@
+// Two coverbs::sockets joined over the TCP fallback on loopback, without the acceptor: the
+// framed protocol alone.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "coverbs/detail/tcp_stream.hpp"
+#include "coverbs/socket.hpp"
+
+namespace coverbs::test {
+
+struct tcp_socket_pair {
+  boost::asio::io_context io;
+  socket a{io};
+  socket b{io};
+
+  explicit tcp_socket_pair(std::size_t max_message = 64 * 1024) {
+    namespace ip = boost::asio::ip;
+    ip::tcp::acceptor acceptor(io, ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    ip::tcp::socket client(io), server(io);
+    client.connect(acceptor.local_endpoint());
+    acceptor.accept(server);
+    auto sa = std::make_shared<detail::tcp_stream>(std::move(client), max_message);
+    auto sb = std::make_shared<detail::tcp_stream>(std::move(server), max_message);
+    sa->start();
+    sb->start();
+    a.attach(sa, transport::tcp, {}, {});
+    b.attach(sb, transport::tcp, {}, {});
+  }
+  ~tcp_socket_pair() {
+    a.close();
+    b.close();
+    io.restart();
+    io.run_for(std::chrono::seconds(2));
+  }
+};
+
+}  // namespace coverbs::test
