@@ -114,6 +114,7 @@ std::size_t completion_engine::collect(op_queue& done) {
       if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
         op->byte_len = wc.byte_len;
         if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) op->imm = ntohl(wc.imm_data);
+        op->rdma_immediate = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM;
       }
       --outstanding_;
       op->owner->on_completed(done);

@@ -25,6 +25,7 @@ rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_
                          const verbs::protection_domain& pd, stream_geometry local, stream_geometry peer)
     : stream_core(qp->get_executor()),
       resources_(std::move(resources)),
+      pd_(pd),
       qp_(std::move(qp)),
       local_(local),
       peer_(peer),
@@ -112,6 +113,12 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     // A flush means the QP left RTS: closed here, or the peer disconnected.
     return deliver_failure(closed_ ? error_code(error::operation_aborted) : error_code(error::eof));
   }
+  if (r.rdma_immediate) {
+    // A peer's write_with_immediate took a receive (and one of its credits); the data it
+    // wrote is in place now, so the immediate can be handed out and the buffer returned.
+    deliver_immediate(r.imm);
+    return release(index);
+  }
   credits_ += r.imm & stream_imm::credits_mask;
   const segment s{receive_memory_.data() + std::size_t{index} * local_.buffer_size, r.bytes, index};
   if ((r.imm & stream_imm::message_bit) != 0) {
@@ -123,6 +130,11 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   }
   if ((r.imm & stream_imm::fin_bit) != 0) deliver_end_of_stream();
   send_control_messages();
+  while (!waiting_immediates_.empty() && credits_ >= 1) {
+    auto w = std::move(waiting_immediates_.front());
+    waiting_immediates_.pop_front();
+    start_write_with_immediate(w.request, std::move(w.handler));
+  }
   capacity_available();
 }
 
@@ -143,6 +155,41 @@ void rdma_stream::shutdown_send() {
 void rdma_stream::peer_disconnected() {
   qp_->close();  // flushes every posted request; their completions report the failure
 }
+
+void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
+  using kind = one_sided_request::kind;
+  if (request.op == kind::write_with_immediate) {
+    if (credits_ >= 1 && waiting_immediates_.empty()) return start_write_with_immediate(request, std::move(handler));
+    waiting_immediates_.push_back({request, std::move(handler)});
+    return;
+  }
+  start_one_sided(std::move(handler), qp_->send_queue(),
+                  request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
+                  request.remote);
+}
+
+void rdma_stream::start_write_with_immediate(const one_sided_request& request, size_handler handler) {
+  --credits_;
+  start_one_sided(std::move(handler), qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local,
+                  request.remote, request.immediate);
+}
+
+void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
+  const bool add = request.op == one_sided_request::kind::fetch_add;
+  detail::start_atomic(std::move(handler), qp_->send_queue(), add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP,
+               request.local, request.remote, request.compare_add, request.swap);
+}
+
+void rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                                  remote_buffer& remote) {
+  // The connection's own protection domain: the key is useless on any other connection.
+  auto mr = std::make_unique<verbs::memory_region>(pd_, memory, rights);
+  lkey = mr->lkey();
+  remote = mr->remote();
+  regions_[mr->rkey()] = std::move(mr);
+}
+
+void rdma_stream::deregister_memory(std::uint32_t rkey) noexcept { regions_.erase(rkey); }
 
 void rdma_stream::close() {
   if (closed_) return;

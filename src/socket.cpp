@@ -35,6 +35,15 @@ void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, e
   remote_ = remote;
 }
 
+registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights) {
+  if (!impl_) throw boost::system::system_error(boost::asio::error::bad_descriptor, "register_memory");
+  registered_memory r;
+  impl_->register_memory(memory, rights | verbs::access::local_write, r.lkey_, r.remote_);
+  r.owner_ = impl_;
+  r.memory_ = memory;
+  return r;
+}
+
 void socket::close() {
   if (impl_) {
     impl_->close();

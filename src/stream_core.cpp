@@ -141,6 +141,7 @@ void stream_core::serve_send(bool defer) {
 
 void stream_core::cancel() {
   for (op which : {op::read, op::write, op::receive, op::send}) cancel(which);
+  fail_immediate_waiter(error::operation_aborted, true);
 }
 
 void stream_core::cancel(op which) {
@@ -158,6 +159,49 @@ void stream_core::cancel(op which) {
   }
 }
 
+void stream_core::receive_immediate(immediate_handler handler) {
+  auto finish = [&](error_code ec, std::uint32_t value) {
+    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, value));
+  };
+  if (immediate_waiter_) return finish(error::in_progress, 0);
+  if (!immediates_.empty()) {
+    const std::uint32_t value = immediates_.front();
+    immediates_.pop_front();
+    return finish({}, value);
+  }
+  if (failure_ || end_of_stream_) return finish(read_error(), 0);
+  immediate_waiter_.emplace(std::move(handler));
+  auto slot = boost::asio::get_associated_cancellation_slot(*immediate_waiter_);
+  if (slot.is_connected()) {
+    slot.assign([this](boost::asio::cancellation_type) { fail_immediate_waiter(error::operation_aborted, true); });
+  }
+}
+
+void stream_core::fail_immediate_waiter(error_code ec, bool defer) {
+  if (!immediate_waiter_) return;
+  auto h = std::move(*immediate_waiter_);
+  immediate_waiter_.reset();
+  auto slot = boost::asio::get_associated_cancellation_slot(h);
+  if (slot.is_connected()) slot.clear();
+  if (defer) {
+    boost::asio::post(executor_, boost::asio::append(std::move(h), ec, std::uint32_t{0}));
+  } else {
+    boost::asio::dispatch(executor_, boost::asio::append(std::move(h), ec, std::uint32_t{0}));
+  }
+}
+
+void stream_core::deliver_immediate(std::uint32_t immediate) {
+  if (!immediate_waiter_) {
+    immediates_.push_back(immediate);
+    return;
+  }
+  auto h = std::move(*immediate_waiter_);
+  immediate_waiter_.reset();
+  auto slot = boost::asio::get_associated_cancellation_slot(h);
+  if (slot.is_connected()) slot.clear();
+  boost::asio::dispatch(executor_, boost::asio::append(std::move(h), error_code{}, immediate));
+}
+
 void stream_core::deliver_bytes(const segment& s) {
   bytes_.push_back(s);
   serve_read(false);
@@ -170,6 +214,7 @@ void stream_core::deliver_message(const segment& s) {
 
 void stream_core::deliver_end_of_stream() {
   end_of_stream_ = true;
+  fail_immediate_waiter(error::eof, false);
   serve_read(false);
   serve_receive(false);
 }
@@ -177,6 +222,7 @@ void stream_core::deliver_end_of_stream() {
 void stream_core::deliver_failure(error_code ec) {
   if (failure_) return;
   failure_ = ec;
+  fail_immediate_waiter(read_error(), false);
   serve_read(false);
   serve_receive(false);
   serve_write(false);

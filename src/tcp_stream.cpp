@@ -1,6 +1,8 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
+#include <boost/asio/append.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
@@ -180,6 +182,28 @@ void tcp_stream::shutdown_send() {
   end_sent_ = true;
   queue_frame({.type = frame_type::close, .status = wire::frame_status::ok}, nullptr, 0);
 }
+
+// --- one-sided operations (not carried yet) ---------------------------------------------------
+
+void tcp_stream::transfer(const one_sided_request&, size_handler handler) {
+  boost::asio::post(get_executor(), boost::asio::append(std::move(handler),
+                                                        error_code(make_error_code(errc::unsupported_operation)),
+                                                        std::size_t{0}));
+}
+
+void tcp_stream::atomic(const one_sided_request&, value_handler handler) {
+  boost::asio::post(get_executor(), boost::asio::append(std::move(handler),
+                                                        error_code(make_error_code(errc::unsupported_operation)),
+                                                        std::uint64_t{0}));
+}
+
+void tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                                 remote_buffer& remote) {
+  lkey = 0;
+  remote = regions_.register_region(memory, rights);
+}
+
+void tcp_stream::deregister_memory(std::uint32_t rkey) noexcept { regions_.deregister(rkey); }
 
 // --- failure and close --------------------------------------------------------------------
 

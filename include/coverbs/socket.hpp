@@ -17,6 +17,7 @@
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/error.hpp"
+#include "coverbs/registered_memory.hpp"
 
 namespace coverbs {
 
@@ -122,6 +123,68 @@ class socket {
                     std::forward<CompletionToken>(token));
   }
 
+  /// Registers `memory` so the peer can reach it through this connection with `rights`
+  /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
+  /// `bad_descriptor` when not open.
+  registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
+
+  /// RDMA READ of `local.size` bytes from the start of `remote` into `local` (a slice of this
+  /// socket's registered memory). Completion: `void(error_code, std::size_t)`. A wrong key,
+  /// bounds or rights give `wc_errc::remote_access` on both transports.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_read(const verbs::local_buffer& local, const remote_buffer& remote,
+                  CompletionToken&& token = detail::default_socket_token()) {
+    return transfer({.op = detail::one_sided_request::kind::read, .local = local, .remote = remote},
+                    std::forward<CompletionToken>(token));
+  }
+  /// RDMA WRITE of `local` to the start of `remote`. Completion: `void(error_code, std::size_t)`.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_write(const verbs::local_buffer& local, const remote_buffer& remote,
+                   CompletionToken&& token = detail::default_socket_token()) {
+    return transfer({.op = detail::one_sided_request::kind::write, .local = local, .remote = remote},
+                    std::forward<CompletionToken>(token));
+  }
+  /// RDMA WRITE, then the peer's `async_receive_immediate` completes with `immediate`, by
+  /// which time the data is visible there.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_write_with_immediate(const verbs::local_buffer& local, const remote_buffer& remote,
+                                  std::uint32_t immediate,
+                                  CompletionToken&& token = detail::default_socket_token()) {
+    return transfer({.op = detail::one_sided_request::kind::write_with_immediate, .local = local,
+                     .remote = remote, .immediate = immediate},
+                    std::forward<CompletionToken>(token));
+  }
+  /// The next immediate from the peer's `async_write_with_immediate`:
+  /// `void(error_code, std::uint32_t)`.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_receive_immediate(CompletionToken&& token = detail::default_socket_token()) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint32_t)>(
+        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex) {
+          if (!impl) return not_open(std::move(handler), ex, std::uint32_t{0});
+          impl->receive_immediate(detail::immediate_handler(std::move(handler)));
+        },
+        token, impl_, executor_);
+  }
+  /// Adds `add` to the 8-byte word at `remote` (8-aligned); `local` (8 bytes of registered
+  /// memory) receives the previous value, also passed on: `void(error_code, std::uint64_t)`.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_fetch_add(const verbs::local_buffer& local, const remote_buffer& remote, std::uint64_t add,
+                       CompletionToken&& token = detail::default_socket_token()) {
+    return atomic({.op = detail::one_sided_request::kind::fetch_add, .local = local, .remote = remote,
+                   .compare_add = add},
+                  std::forward<CompletionToken>(token));
+  }
+  /// Stores `swap` at `remote` if the word there equals `compare`; completes with the previous
+  /// value (so it succeeded iff previous == compare).
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_compare_swap(const verbs::local_buffer& local, const remote_buffer& remote,
+                          std::uint64_t compare, std::uint64_t swap,
+                          CompletionToken&& token = detail::default_socket_token()) {
+    return atomic({.op = detail::one_sided_request::kind::compare_swap, .local = local, .remote = remote,
+                   .compare_add = compare, .swap = swap},
+                  std::forward<CompletionToken>(token));
+  }
+
   /// Internal: makes this socket the owner of an established connection.
   void attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
               endpoint_type remote);
@@ -135,15 +198,36 @@ class socket {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
         [member](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
                  const Buffers& buffers) {
-          if (!impl) {
-            boost::asio::post(ex, boost::asio::append(std::move(handler),
-                                                      error_code(boost::asio::error::bad_descriptor),
-                                                      std::size_t{0}));
-            return;
-          }
+          if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
           ((*impl).*member)(buffers, detail::size_handler(std::move(handler)));
         },
         token, impl_, executor_, std::move(buffers));
+  }
+
+  template <class Handler, class Value>
+  static void not_open(Handler&& handler, const executor_type& ex, Value value) {
+    boost::asio::post(ex, boost::asio::append(std::forward<Handler>(handler),
+                                              error_code(boost::asio::error::bad_descriptor), value));
+  }
+  template <class CompletionToken>
+  auto transfer(const detail::one_sided_request& request, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
+           const detail::one_sided_request& request) {
+          if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
+          impl->transfer(request, detail::size_handler(std::move(handler)));
+        },
+        token, impl_, executor_, request);
+  }
+  template <class CompletionToken>
+  auto atomic(const detail::one_sided_request& request, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint64_t)>(
+        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
+           const detail::one_sided_request& request) {
+          if (!impl) return not_open(std::move(handler), ex, std::uint64_t{0});
+          impl->atomic(request, detail::value_handler(std::move(handler)));
+        },
+        token, impl_, executor_, request);
   }
 
   executor_type executor_;

@@ -40,4 +40,29 @@ void start_one_sided(Handler&& handler, posting_queue& queue, ibv_wr_opcode opco
   });
 }
 
+
+template <class Handler>
+void start_atomic(Handler&& handler, posting_queue& queue, ibv_wr_opcode opcode,
+                  const verbs::local_buffer& local, const remote_buffer& remote,
+                  std::uint64_t compare_add, std::uint64_t swap) {
+  error_code ec;
+  if (local.size < 8 || remote.length < 8) {
+    ec = make_error_code(errc::buffer_too_small);
+  } else if (remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(local.data) % 8 != 0) {
+    ec = make_error_code(errc::misaligned_atomic);
+  }
+  if (ec) {
+    fail_immediately<atomic_result>(std::forward<Handler>(handler), queue.engine().executor, ec);
+    return;
+  }
+  start<atomic_result>(std::forward<Handler>(handler), queue, true, [&](operation& op) {
+    op.sge = {reinterpret_cast<std::uint64_t>(local.data), 8, local.lkey};
+    op.wr.send.opcode = opcode;
+    op.wr.send.wr.atomic.remote_addr = remote.address;
+    op.wr.send.wr.atomic.rkey = remote.rkey;
+    op.wr.send.wr.atomic.compare_add = compare_add;
+    op.wr.send.wr.atomic.swap = swap;
+  });
+}
+
 }  // namespace coverbs::detail

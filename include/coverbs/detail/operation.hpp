@@ -32,6 +32,7 @@ struct operation {
   int post_error = 0;          ///< errno of a failed post, reported instead of `status`
   std::uint32_t byte_len = 0;
   std::uint32_t imm = 0;       ///< immediate data in host order
+  bool rdma_immediate = false; ///< a receive consumed by an RDMA WRITE with immediate
   bool cancelled = false;
 };
 

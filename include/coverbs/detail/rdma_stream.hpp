@@ -3,11 +3,14 @@
 // receive queue (no receiver-not-ready retries).
 #pragma once
 
+#include <deque>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "coverbs/async_queue_pair.hpp"
 #include "coverbs/detail/stream_core.hpp"
+#include "coverbs/detail/initiate.hpp"
 #include "coverbs/detail/wr_operation.hpp"
 #include "coverbs/verbs/memory_region.hpp"
 
@@ -50,6 +53,11 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   async_queue_pair& queue_pair() noexcept { return *qp_; }
   /// Reports that the connection manager saw the peer leave (rdma_cm DISCONNECTED).
   void peer_disconnected();
+  void transfer(const one_sided_request& request, size_handler handler) override;
+  void atomic(const one_sided_request& request, value_handler handler) override;
+  void register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                       remote_buffer& remote) override;
+  void deregister_memory(std::uint32_t rkey) noexcept override;
 
  private:
   struct receive_done;
@@ -63,7 +71,14 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void send_control_messages();
   std::uint32_t take_credits() noexcept;
 
+  struct waiting_immediate {
+    one_sided_request request;
+    size_handler handler;
+  };
+  void start_write_with_immediate(const one_sided_request& request, size_handler handler);
+
   std::shared_ptr<void> resources_;
+  const verbs::protection_domain& pd_;
   std::unique_ptr<async_queue_pair> qp_;
   stream_geometry local_, peer_;
   std::vector<std::byte> receive_memory_, send_memory_;
@@ -74,6 +89,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::uint32_t control_credits_ = control_slots;
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false;
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
+  std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
+  std::deque<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
 };
 
 }  // namespace coverbs::detail

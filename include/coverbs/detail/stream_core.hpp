@@ -13,10 +13,25 @@
 
 #include "coverbs/detail/buffer_list.hpp"
 #include "coverbs/error.hpp"
+#include "coverbs/remote_buffer.hpp"
+#include "coverbs/verbs/memory_region.hpp"
 
 namespace coverbs::detail {
 
 using size_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
+using value_handler = boost::asio::any_completion_handler<void(error_code, std::uint64_t)>;
+using immediate_handler = boost::asio::any_completion_handler<void(error_code, std::uint32_t)>;
+
+/// A one-sided operation on the peer's registered memory, as the socket hands it down.
+struct one_sided_request {
+  enum class kind { read, write, write_with_immediate, fetch_add, compare_swap };
+  kind op = kind::read;
+  verbs::local_buffer local;  ///< from registered_memory::slice (lkey unused over TCP)
+  remote_buffer remote;
+  std::uint32_t immediate = 0;
+  std::uint64_t compare_add = 0;  ///< fetch_add: the addend; compare_swap: the comparand
+  std::uint64_t swap = 0;
+};
 using default_socket_token = boost::asio::default_completion_token_t<boost::asio::any_io_executor>;
 
 class stream_core {
@@ -43,6 +58,20 @@ class stream_core {
   /// Ends one kind of pending operation with operation_aborted (a cancellation slot's target).
   void cancel(op which);
 
+  /// Takes the next immediate a peer's write_with_immediate delivered (queued when none waits).
+  void receive_immediate(immediate_handler handler);
+
+  /// Read, write or write-with-immediate: completes with the bytes moved.
+  virtual void transfer(const one_sided_request& request, size_handler handler) = 0;
+  /// Fetch-and-add or compare-and-swap: completes with the previous remote value.
+  virtual void atomic(const one_sided_request& request, value_handler handler) = 0;
+  /// Registers `memory` for the peer with `rights`; the key is valid on this connection only.
+  /// `lkey` is filled for local use (RDMA) and `remote` is the descriptor for the peer.
+  virtual void register_memory(std::span<std::byte> memory, verbs::access rights,
+                               std::uint32_t& lkey, remote_buffer& remote) = 0;
+  /// Ends a registration made by `register_memory`.
+  virtual void deregister_memory(std::uint32_t rkey) noexcept = 0;
+
   /// No more sends from this side; the peer reads eof after what was sent.
   virtual void shutdown_send() = 0;
   /// Tears the connection down; pending operations end with operation_aborted.
@@ -61,6 +90,8 @@ class stream_core {
   void deliver_bytes(const segment& s);
   void deliver_message(const segment& s);
   void deliver_end_of_stream();
+  /// A peer's write_with_immediate landed; its data is visible.
+  void deliver_immediate(std::uint32_t immediate);
   void deliver_failure(error_code ec);
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
@@ -90,6 +121,7 @@ class stream_core {
   template <class Pending>
   void watch(Pending& pending, op which);
   error_code read_error() const;
+  void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
   std::deque<segment> bytes_;
@@ -99,6 +131,8 @@ class stream_core {
   std::optional<error_code> failure_;
   std::optional<pending_read> read_, receive_;
   std::optional<pending_write> write_, send_;
+  std::deque<std::uint32_t> immediates_;
+  std::optional<immediate_handler> immediate_waiter_;
 };
 
 }  // namespace coverbs::detail

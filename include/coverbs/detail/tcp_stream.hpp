@@ -28,6 +28,11 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// The regions a peer may reach with one-sided operations.
   wire::region_table& regions() noexcept { return regions_; }
   boost::asio::ip::tcp::socket& socket() noexcept { return socket_; }
+  void transfer(const one_sided_request& request, size_handler handler) override;
+  void atomic(const one_sided_request& request, value_handler handler) override;
+  void register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                       remote_buffer& remote) override;
+  void deregister_memory(std::uint32_t rkey) noexcept override;
 
  private:
   void release(std::uint32_t tag) override;

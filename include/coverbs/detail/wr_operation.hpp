@@ -7,7 +7,6 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <cstring>
@@ -40,10 +39,11 @@ struct immediate_result {
 struct received {
   std::size_t bytes = 0;
   std::uint32_t imm = 0;
+  bool rdma_immediate = false;  ///< consumed by a peer's RDMA WRITE with immediate, not a SEND
 };
 struct received_result {
   using value_type = received;
-  static value_type value(const operation& op) noexcept { return {op.byte_len, op.imm}; }
+  static value_type value(const operation& op) noexcept { return {op.byte_len, op.imm, op.rdma_immediate}; }
 };
 struct atomic_result {
   using value_type = std::uint64_t;
@@ -59,8 +59,6 @@ struct atomic_result {
 template <class Result, class Handler>
 class wr_operation final : public operation {
  public:
-  using handler_executor =
-      boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
   // Operations come from the handler's allocator, by default Asio's per-thread recycling
   // cache: in steady state starting an operation allocates nothing.
   using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
@@ -91,9 +89,7 @@ class wr_operation final : public operation {
   };
 
   wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
-      : operation(&do_complete),
-        handler_(std::move(handler)),
-        work_(boost::asio::get_associated_executor(handler_, io_executor)) {}
+      : operation(&do_complete), handler_(std::move(handler)), io_executor_(io_executor) {}
 
   static void do_complete(operation* base, bool defer) {
     auto* self = static_cast<wr_operation*>(base);
@@ -104,30 +100,31 @@ class wr_operation final : public operation {
     // Free the operation before running the handler so a handler that starts the next
     // operation reuses this memory.
     Handler handler(std::move(self->handler_));
-    auto work(std::move(self->work_));
+    boost::asio::any_io_executor io_executor(std::move(self->io_executor_));
     allocator_type alloc(
         boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
     self->~wr_operation();
     std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+    // Through the I/O executor, which hands over to the handler's associated executor (inline
+    // when they are the same and we are on its thread). While the operation is pending the
+    // completion loop's own wait keeps the I/O executor's context running.
     auto bound = boost::asio::append(std::move(handler), ec, value);
     if (defer) {
-      boost::asio::post(work.get_executor(), std::move(bound));
+      boost::asio::post(io_executor, std::move(bound));
     } else {
-      boost::asio::dispatch(work.get_executor(), std::move(bound));
+      boost::asio::dispatch(io_executor, std::move(bound));
     }
-    work.reset();
   }
 
   Handler handler_;
-  boost::asio::executor_work_guard<handler_executor> work_;
+  boost::asio::any_io_executor io_executor_;
 };
 
 /// Completes `handler` with `ec` without starting anything (invalid arguments).
 template <class Result, class Handler>
 void fail_immediately(Handler&& handler, const boost::asio::any_io_executor& io_executor,
                       error_code ec) {
-  auto ex = boost::asio::get_associated_executor(handler, io_executor);
-  boost::asio::post(ex, boost::asio::append(std::move(handler), ec, typename Result::value_type{}));
+  boost::asio::post(io_executor, boost::asio::append(std::move(handler), ec, typename Result::value_type{}));
 }
 
 /// Creates the operation for `handler`, lets `fill` write its work request, and submits it.
