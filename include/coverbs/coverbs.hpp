@@ -8,6 +8,7 @@
 #include "coverbs/async_send.hpp"
 #include "coverbs/async_shared_receive_queue.hpp"
 #include "coverbs/async_write.hpp"
+#include "coverbs/cm/id.hpp"
 #include "coverbs/completion_service.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
