@@ -22,19 +22,23 @@ struct rdma_stream::send_done {
 };
 
 rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
-                         const verbs::protection_domain& pd, stream_geometry local, stream_geometry peer)
+                         const verbs::protection_domain& pd, stream_geometry local)
     : stream_core(qp->get_executor()),
       resources_(std::move(resources)),
       pd_(pd),
       qp_(std::move(qp)),
       local_(local),
-      peer_(peer),
+      peer_{0, 0},
       receive_memory_(std::size_t{local.buffers + control_slots} * local.buffer_size),
-      send_memory_(std::size_t{peer.buffers} * peer.buffer_size),
-      receive_mr_(pd, receive_memory_, verbs::access::local_write),
-      send_mr_(pd, send_memory_, verbs::access::none),
-      credits_(peer.buffers) {
+      receive_mr_(pd, receive_memory_, verbs::access::local_write) {}
+
+void rdma_stream::set_peer(stream_geometry peer) {
+  peer_ = peer;
+  send_memory_.resize(std::size_t{peer.buffers} * peer.buffer_size);
+  send_mr_.emplace(pd_, send_memory_, verbs::access::none);
+  credits_ = peer.buffers;
   for (std::uint32_t i = peer.buffers; i > 0; --i) free_send_.push_back(i - 1);
+  capacity_available();
 }
 
 rdma_stream::~rdma_stream() = default;
@@ -66,7 +70,7 @@ void rdma_stream::post_send(std::uint32_t index, std::size_t length, std::uint32
     if (index == no_buffer) {
       op.wr.send.num_sge = 0;
     } else {
-      auto b = send_mr_.slice(std::size_t{index} * peer_.buffer_size, length);
+      auto b = send_mr_->slice(std::size_t{index} * peer_.buffer_size, length);
       op.sge = {reinterpret_cast<std::uint64_t>(b.data), b.size, b.lkey};
     }
     op.wr.send.opcode = IBV_WR_SEND_WITH_IMM;
@@ -142,6 +146,10 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec) {
   --sends_posted_;
   if (index != no_buffer) free_send_.push_back(index);
   if (index == no_buffer && !ec) ++control_credits_;
+  if (closed_) {
+    if (sends_posted_ == 0) finish_close();
+    return;
+  }
   if (ec) return deliver_failure(closed_ ? error_code(error::operation_aborted) : error_code(error::broken_pipe));
   send_control_messages();
   capacity_available();
@@ -154,6 +162,13 @@ void rdma_stream::shutdown_send() {
 
 void rdma_stream::peer_disconnected() {
   qp_->close();  // flushes every posted request; their completions report the failure
+}
+
+void rdma_stream::finish_close() {
+  if (close_finished_) return;
+  close_finished_ = true;
+  if (disconnect_) disconnect_();
+  qp_->close();
 }
 
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
@@ -195,7 +210,9 @@ void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;
   deliver_failure(error::operation_aborted);
-  qp_->close();
+  // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up
+  // until the last send has been acknowledged (or has failed).
+  if (sends_posted_ == 0) finish_close();
 }
 
 }  // namespace coverbs::detail

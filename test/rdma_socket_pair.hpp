@@ -23,10 +23,12 @@ struct rdma_socket_pair : rdma_env {
     qb->connect(qa->address(gid), {.local_gid = gid});
     // The streams keep the PD and the service alive until their last flush completion.
     auto keep = std::make_shared<std::pair<std::shared_ptr<completion_service>, std::shared_ptr<verbs::protection_domain>>>(service, pd);
-    auto sa = std::make_shared<detail::rdma_stream>(keep, std::move(qa), *pd, geometry, geometry);
-    auto sb = std::make_shared<detail::rdma_stream>(keep, std::move(qb), *pd, geometry, geometry);
+    auto sa = std::make_shared<detail::rdma_stream>(keep, std::move(qa), *pd, geometry);
+    auto sb = std::make_shared<detail::rdma_stream>(keep, std::move(qb), *pd, geometry);
     sa->start();
     sb->start();
+    sa->set_peer(geometry);
+    sb->set_peer(geometry);
     a.attach(sa, transport::rdma, {}, {});
     b.attach(sb, transport::rdma, {}, {});
   }

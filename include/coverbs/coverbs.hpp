@@ -1,6 +1,7 @@
 // Umbrella header: everything a coverbs program uses.
 #pragma once
 
+#include "coverbs/acceptor.hpp"
 #include "coverbs/async_atomic.hpp"
 #include "coverbs/async_queue_pair.hpp"
 #include "coverbs/async_read.hpp"
@@ -11,7 +12,9 @@
 #include "coverbs/cm/id.hpp"
 #include "coverbs/completion_service.hpp"
 #include "coverbs/error.hpp"
+#include "coverbs/registered_memory.hpp"
 #include "coverbs/remote_buffer.hpp"
+#include "coverbs/socket.hpp"
 #include "coverbs/verbs/completion_queue.hpp"
 #include "coverbs/verbs/device.hpp"
 #include "coverbs/verbs/memory_region.hpp"

@@ -8,6 +8,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <type_traits>
 
 #include "coverbs/completion_service.hpp"
+#include "coverbs/detail/connect.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/registered_memory.hpp"
@@ -90,6 +92,25 @@ class socket {
   endpoint_type remote_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type remote_endpoint(error_code& ec) const;
+
+  /// Connects to `peer` (closing any current connection first) over the transport the options
+  /// choose: RDMA through rdma_cm where a device serves the route and the peer accepts RDMA,
+  /// else TCP. Completion: `void(error_code)`, with Asio's codes (connection_refused, ...).
+  /// The socket must outlive the operation, as with Asio.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+        [](auto handler, socket* self, const endpoint_type& peer) {
+          self->close();
+          auto done = [self, h = std::move(handler)](error_code ec, detail::connection c) mutable {
+            if (!ec) self->attach(std::move(c.stream), c.kind, c.local, c.remote);
+            auto ex = boost::asio::get_associated_executor(h, self->executor_);
+            boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
+          };
+          detail::async_connect(self->executor_, peer, self->options_, detail::connect_handler(std::move(done)));
+        },
+        token, this, peer);
+  }
 
   /// Reads at least one byte into `buffers`. Completion: `void(error_code, std::size_t)`;
   /// `asio::error::eof` once the peer has shut down and everything was read.

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <deque>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -37,18 +39,25 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// need a message per report, and two peers would then report to each other for ever.
   static constexpr std::uint32_t control_slots = 4;
 
-  /// `qp` must be connected (or about to be, with `start()` called before the peer may send).
   /// `resources` keeps alive what the QP depends on (PD, completion service, cm id) until the
-  /// last flush completion has been seen.
+  /// last flush completion has been seen. Call `start()` before the peer may send and
+  /// `set_peer()` once its pool is known; nothing is sent before that.
   rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
-              const verbs::protection_domain& pd, stream_geometry local, stream_geometry peer);
+              const verbs::protection_domain& pd, stream_geometry local);
   ~rdma_stream() override;
 
   /// Posts the whole receive pool.
   void start();
+  /// Sizes the send pool after the peer's receive pool and opens the credit window.
+  void set_peer(stream_geometry peer);
+  /// What to do once close() has let the last send finish (rdma_cm: disconnect, so the peer
+  /// learns); without one the QP is simply moved to ERROR.
+  void on_close(std::function<void()> disconnect) { disconnect_ = std::move(disconnect); }
   void shutdown_send() override;
   void close() override;
   std::size_t max_message_size() const noexcept override { return peer_.buffer_size; }
+  /// What the stream keeps alive for its QP (see rdma_resources).
+  const std::shared_ptr<void>& resources() const noexcept { return resources_; }
   /// The queue pair, for one-sided operations on the same connection.
   async_queue_pair& queue_pair() noexcept { return *qp_; }
   /// Reports that the connection manager saw the peer leave (rdma_cm DISCONNECTED).
@@ -69,6 +78,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec);
   void send_control_messages();
+  void finish_close();
   std::uint32_t take_credits() noexcept;
 
   struct waiting_immediate {
@@ -82,12 +92,14 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::unique_ptr<async_queue_pair> qp_;
   stream_geometry local_, peer_;
   std::vector<std::byte> receive_memory_, send_memory_;
-  verbs::memory_region receive_mr_, send_mr_;
+  verbs::memory_region receive_mr_;
+  std::optional<verbs::memory_region> send_mr_;
+  std::function<void()> disconnect_;
   std::vector<std::uint32_t> free_send_;
-  std::uint32_t credits_;               ///< peer receive buffers we may still fill
+  std::uint32_t credits_ = 0;           ///< peer receive buffers we may still fill
   std::uint32_t credits_to_return_ = 0;  ///< our re-posted buffers not yet reported
   std::uint32_t control_credits_ = control_slots;
-  bool fin_wanted_ = false, fin_sent_ = false, closed_ = false;
+  bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
   std::deque<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit

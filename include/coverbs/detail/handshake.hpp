@@ -1,0 +1,22 @@
+// What two coverbs peers tell each other in rdma_cm private data: each side's receive pool.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <system_error>
+
+#include "coverbs/detail/rdma_stream.hpp"
+
+namespace coverbs::detail {
+
+/// Wire form: 'C' 'V', version 1, a zero byte, receive buffers (u16 LE), two zero bytes,
+/// buffer size (u32 LE). rdma_cm pads private data, so trailing bytes are ignored.
+inline constexpr std::size_t handshake_size = 12;
+
+std::array<std::byte, handshake_size> encode_handshake(const stream_geometry& g) noexcept;
+/// Rejects anything but a well-formed version-1 handshake with a usable geometry
+/// (errc::bad_descriptor), leaving `out` untouched.
+std::error_code parse_handshake(std::span<const std::byte> bytes, stream_geometry& out) noexcept;
+
+}  // namespace coverbs::detail

@@ -1,0 +1,129 @@
+#include "coverbs/detail/connect.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include "coverbs/detail/handshake.hpp"
+#include "coverbs/detail/tcp_stream.hpp"
+#include "coverbs/socket.hpp"
+
+namespace coverbs::detail {
+namespace asio = boost::asio;
+
+stream_geometry local_geometry(const socket_options& options) {
+  return {options.receive_buffers, options.buffer_size};
+}
+
+std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& options) {
+  auto res = std::make_shared<rdma_resources>(std::move(id));
+  const verbs::device& dev = res->id.device();
+  res->pd.emplace(dev);
+  res->service.emplace(res->id.get_executor(), dev, completion_options{.mode = options.mode});
+  // Room for the whole pool plus control slots on the receive side, and as many sends.
+  const std::uint32_t depth = options.receive_buffers + rdma_stream::control_slots;
+  verbs::queue_pair_options qp_options{.max_send_wr = depth + 64, .max_recv_wr = depth};
+  auto qp = std::make_unique<async_queue_pair>(*res->service,
+                                               res->id.create_queue_pair(*res->service, *res->pd, qp_options));
+  auto stream = std::make_shared<rdma_stream>(res, std::move(qp), *res->pd, local_geometry(options));
+  stream->start();
+  return stream;
+}
+
+connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer) {
+  auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+  stream->set_peer(peer);
+  std::weak_ptr<rdma_stream> weak = stream;
+  res.id.async_wait_disconnected([weak](error_code) {
+    if (auto s = weak.lock()) s->peer_disconnected();
+  });
+  rdma_cm_id* native = res.id.native_handle();
+  // rdma_disconnect is immediate on an id with an event channel; the peer sees DISCONNECTED.
+  stream->on_close([native] { rdma_disconnect(native); });
+  return {stream, res.id.local_endpoint(), res.id.remote_endpoint(), transport::rdma};
+}
+
+namespace {
+
+asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, socket_options options) {
+  cm::id id(co_await asio::this_coro::executor);
+  co_await id.async_resolve(peer, options.resolve_timeout, asio::use_awaitable);
+  auto stream = make_rdma_stream(std::move(id), options);
+  auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+  const auto hello = encode_handshake(local_geometry(options));
+  auto [ec] = co_await res.id.async_connect(hello, asio::as_tuple(asio::use_awaitable));
+  if (ec) {
+    stream->close();
+    throw boost::system::system_error(ec, "rdma connect");
+  }
+  stream_geometry their{};
+  if (auto bad = parse_handshake(res.id.peer_private_data(), their)) {
+    stream->close();
+    throw boost::system::system_error(error_code(bad), "rdma handshake");
+  }
+  co_return finish_rdma_connection(stream, their);
+}
+
+asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, socket_options options) {
+  asio::ip::tcp::socket s(co_await asio::this_coro::executor);
+  co_await s.async_connect(peer, asio::use_awaitable);
+  const auto local = s.local_endpoint(), remote = s.remote_endpoint();
+  auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size);
+  stream->start();
+  co_return connection{stream, local, remote, transport::tcp};
+}
+
+// RDMA unless there is no device, or nothing on the peer answers RDMA: then TCP.
+bool falls_back(const error_code& ec) {
+  return ec == asio::error::connection_refused || ec == asio::error::host_unreachable ||
+         ec == asio::error::network_unreachable || ec == asio::error::timed_out ||
+         ec == std::errc::no_such_device || ec == std::errc::address_not_available ||
+         ec == make_error_code(errc::no_device);
+}
+
+asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, socket_options options) {
+  switch (options.kind) {
+    case transport::rdma: co_return co_await connect_rdma(peer, options);
+    case transport::tcp: co_return co_await connect_tcp(peer, options);
+    case transport::automatic: break;
+  }
+  error_code rdma_error;
+  if (!verbs::device::names().empty()) {
+    try {
+      co_return co_await connect_rdma(peer, options);
+    } catch (const boost::system::system_error& e) {
+      rdma_error = e.code();
+    } catch (const std::system_error& e) {
+      rdma_error = e.code();
+    }
+    if (!falls_back(rdma_error)) throw boost::system::system_error(rdma_error, "rdma connect");
+  }
+  co_return co_await connect_tcp(peer, options);
+}
+
+error_code to_error_code(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& x) {
+    return x.code();
+  } catch (const std::system_error& x) {
+    return x.code();
+  } catch (const std::bad_alloc&) {
+    return make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    return make_error_code(std::errc::io_error);
+  }
+}
+
+}  // namespace
+
+void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
+                   const socket_options& options, connect_handler handler) {
+  asio::co_spawn(executor, connect_any(peer, options),
+                 [handler = std::move(handler)](std::exception_ptr e, connection c) mutable {
+                   std::move(handler)(e ? to_error_code(e) : error_code(), std::move(c));
+                 });
+}
+
+}  // namespace coverbs::detail

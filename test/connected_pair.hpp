@@ -1,0 +1,59 @@
+// A client socket connected to a server socket through coverbs::acceptor and
+// socket::async_connect, over the transport asked for.
+#pragma once
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <optional>
+
+#include "coverbs/acceptor.hpp"
+#include "coverbs/socket.hpp"
+
+namespace coverbs::test {
+
+/// The address tests listen and connect on: the Soft-RoCE device's inside the VM (rdma_cm
+/// cannot use 127.0.0.1 there), loopback elsewhere.
+inline boost::asio::ip::address test_address() {
+  const char* ip = std::getenv("COVERBS_VM_IP");
+  return boost::asio::ip::make_address(ip != nullptr ? ip : "127.0.0.1");
+}
+
+struct connected_pair {
+  boost::asio::io_context io;
+  std::optional<acceptor> listener;
+  socket a{io};  ///< the client
+  socket b{io};  ///< the server side
+
+  explicit connected_pair(transport kind, socket_options options = {}) {
+    namespace asio = boost::asio;
+    options.kind = kind;
+    listener.emplace(io, asio::ip::tcp::endpoint(test_address(), 0), options);
+    a = socket(io, options);
+    int done = 0;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      co_await listener->async_accept(b, asio::use_awaitable);
+      ++done;
+    }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      co_await a.async_connect(listener->local_endpoint(), asio::use_awaitable);
+      ++done;
+    }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+    while (done < 2 && io.run_one_for(std::chrono::seconds(30)) > 0) {
+    }
+    BOOST_REQUIRE_MESSAGE(done == 2, "connection not established");
+    BOOST_REQUIRE(a.transport_in_use() == kind);
+    BOOST_REQUIRE(b.transport_in_use() == kind);
+  }
+  ~connected_pair() {
+    a.close();
+    b.close();
+    listener.reset();
+    io.restart();
+    io.run_for(std::chrono::seconds(3));
+  }
+};
+
+}  // namespace coverbs::test

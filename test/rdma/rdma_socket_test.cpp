@@ -1,0 +1,45 @@
+// coverbs::socket and coverbs::acceptor over RDMA (rdma_cm), through a real listen and
+// connect in the Soft-RoCE VM: the same bodies as tcp_socket_test.
+#include <boost/test/unit_test.hpp>
+
+#include "socket_tests.hpp"
+
+using namespace coverbs;
+
+BOOST_AUTO_TEST_SUITE(rdma_socket)
+
+BOOST_AUTO_TEST_CASE(bulk) { test::socket_suite_bulk(transport::rdma, 4 << 20); }
+BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::rdma); }
+BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::rdma); }
+BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::rdma); }
+BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
+BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
+
+BOOST_AUTO_TEST_CASE(one_automatic_acceptor_serves_rdma_and_tcp_clients) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  acceptor server(io, asio::ip::tcp::endpoint(test::test_address(), 0));
+  BOOST_REQUIRE(server.accepts_rdma());
+  BOOST_REQUIRE(server.accepts_tcp());
+  asio::co_spawn(io, echo::server(server, 2), asio::detached);
+  coverbs::socket rdma_client(io), tcp_client(io, {.kind = transport::tcp});
+  int finished = 0;
+  std::string r1, r2;
+  auto done = [&](std::string& out) {
+    return [&](std::exception_ptr e, std::string r) {
+      if (e) std::rethrow_exception(e);
+      out = std::move(r);
+      if (++finished == 2) io.stop();
+    };
+  };
+  asio::co_spawn(io, echo::client(rdma_client, server.local_endpoint(), {"over rdma"}), done(r1));
+  asio::co_spawn(io, echo::client(tcp_client, server.local_endpoint(), {"over tcp"}), done(r2));
+  io.run_for(std::chrono::seconds(60));
+  BOOST_REQUIRE(finished == 2);
+  BOOST_TEST(r1 == "over rdma\n");
+  BOOST_TEST(r2 == "over tcp\n");
+  BOOST_TEST((rdma_client.transport_in_use() == transport::rdma));  // automatic picked RDMA
+  BOOST_TEST((tcp_client.transport_in_use() == transport::tcp));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

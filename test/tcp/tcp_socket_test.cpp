@@ -1,0 +1,33 @@
+// coverbs::socket and coverbs::acceptor over TCP, through a real listen and connect.
+#include <boost/test/unit_test.hpp>
+
+#include "socket_tests.hpp"
+
+using namespace coverbs;
+
+BOOST_AUTO_TEST_SUITE(tcp_socket)
+
+BOOST_AUTO_TEST_CASE(bulk) { test::socket_suite_bulk(transport::tcp, 16 << 20); }
+BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::tcp); }
+BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::tcp); }
+BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::tcp); }
+BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::tcp); }
+BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
+
+BOOST_AUTO_TEST_CASE(automatic_transport_without_rdma_is_tcp) {
+  // On a machine without an RDMA device, the default transport must quietly be TCP.
+  if (!verbs::device::names().empty()) return;  // only meaningful without a device
+  test::connected_pair p(transport::tcp);
+  coverbs::socket s(p.io);  // default options: automatic
+  bool connected = false;
+  s.async_connect(p.listener->local_endpoint(), [&](error_code ec) {
+    connected = !ec;
+    p.io.stop();
+  });
+  p.io.restart();
+  p.io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(connected);
+  BOOST_TEST((s.transport_in_use() == transport::tcp));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
