@@ -12,6 +12,22 @@ BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::tcp); 
 BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::tcp); }
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::tcp); }
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::tcp); }
+BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
+  // The same source the coverbs tests instantiate, here with Asio's own TCP types.
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::acceptor server(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  asio::co_spawn(io, echo::server(server, 1), asio::detached);
+  asio::ip::tcp::socket client(io);
+  std::string reply;
+  asio::co_spawn(io, echo::client(client, server.local_endpoint(), {"plain"}), [&](std::exception_ptr e, std::string r) {
+    if (e) std::rethrow_exception(e);
+    reply = std::move(r);
+  });
+  io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(reply == "plain\n");
+}
+
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 
 BOOST_AUTO_TEST_CASE(automatic_transport_without_rdma_is_tcp) {
