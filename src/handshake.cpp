@@ -1,5 +1,6 @@
 #include "coverbs/detail/handshake.hpp"
 
+#include "coverbs/detail/little_endian.hpp"
 #include "coverbs/error.hpp"
 
 namespace coverbs::detail {
@@ -15,9 +16,8 @@ std::array<std::byte, handshake_size> encode_handshake(const stream_geometry& g)
   out[0] = magic0;
   out[1] = magic1;
   out[2] = version;
-  out[4] = static_cast<std::byte>(g.buffers & 0xff);
-  out[5] = static_cast<std::byte>(g.buffers >> 8);
-  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<std::byte>(g.buffer_size >> (8 * i));
+  put_le(out.data() + 4, g.buffers);
+  put_le(out.data() + 8, g.buffer_size);
   return out;
 }
 
@@ -28,9 +28,8 @@ std::error_code parse_handshake(std::span<const std::byte> b, stream_geometry& o
     return bad;
   }
   stream_geometry g;
-  g.buffers = static_cast<std::uint16_t>(std::to_integer<unsigned>(b[4]) | std::to_integer<unsigned>(b[5]) << 8);
-  g.buffer_size = 0;
-  for (int i = 0; i < 4; ++i) g.buffer_size |= std::to_integer<std::uint32_t>(b[8 + i]) << (8 * i);
+  g.buffers = get_le<std::uint16_t>(b.data() + 4);
+  g.buffer_size = get_le<std::uint32_t>(b.data() + 8);
   if (g.buffers == 0 || g.buffer_size < min_buffer || g.buffer_size > max_buffer) return bad;
   out = g;
   return {};

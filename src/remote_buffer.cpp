@@ -1,24 +1,12 @@
 #include "coverbs/remote_buffer.hpp"
 
+#include "coverbs/detail/little_endian.hpp"
 #include "coverbs/error.hpp"
 
 namespace coverbs {
-namespace {
 
-template <class T>
-void put_le(std::byte* out, T value) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-
-template <class T>
-T get_le(const std::byte* in) noexcept {
-  T value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(std::to_integer<T>(in[i]) << (8 * i));
-  return value;
-}
-
-}  // namespace
-
+using detail::get_le;
+using detail::put_le;
 std::array<std::byte, remote_buffer::wire_size> remote_buffer::serialize() const noexcept {
   std::array<std::byte, wire_size> out{};
   out[0] = std::byte{wire_version};

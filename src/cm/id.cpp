@@ -143,23 +143,12 @@ verbs::queue_pair id::create_queue_pair(completion_service& service, const verbs
                             "cm::id::create_queue_pair: make the PD and the completion service "
                             "from id.device(), rdma_cm's own context");
   }
-  ibv_qp_init_attr attr{};
-  attr.send_cq = service.queue().native_handle();
-  attr.recv_cq = service.queue().native_handle();
-  attr.srq = options.srq != nullptr ? options.srq->native_handle() : nullptr;
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = options.max_send_wr;
-  attr.cap.max_recv_wr = options.srq != nullptr ? 0 : options.max_recv_wr;
-  attr.cap.max_send_sge = options.max_send_sge;
-  attr.cap.max_recv_sge = options.max_recv_sge;
-  attr.cap.max_inline_data = options.max_inline_data;
+  ibv_qp_init_attr attr = verbs::init_attributes(service.queue(), service.queue(), options);
   if (rdma_create_qp(state_->cm, pd.native_handle(), &attr) != 0) {
     coverbs::detail::throw_errno("rdma_create_qp");
   }
   state_->has_qp = true;
-  auto granted = options;
-  granted.max_inline_data = std::min(options.max_inline_data, attr.cap.max_inline_data);
-  return verbs::queue_pair::adopt(state_->cm->qp, granted);
+  return verbs::queue_pair::adopt(state_->cm->qp, verbs::granted(options, attr));
 }
 
 void id::destroy_queue_pair() noexcept {

@@ -24,6 +24,14 @@ queue_pair::queue_pair(const protection_domain& pd,
                        const completion_queue& send_cq, const completion_queue& recv_cq,
                        const queue_pair_options& options)
     : qp_(nullptr, destroyer{true}), options_(options), psn_(random_psn()) {
+  ibv_qp_init_attr attr = init_attributes(send_cq, recv_cq, options);
+  qp_.reset(ibv_create_qp(pd.native_handle(), &attr));
+  if (!qp_) detail::throw_errno("ibv_create_qp");
+  options_ = granted(options, attr);
+}
+
+ibv_qp_init_attr init_attributes(const completion_queue& send_cq, const completion_queue& recv_cq,
+                                 const queue_pair_options& options) noexcept {
   ibv_qp_init_attr attr{};
   attr.send_cq = send_cq.native_handle();
   attr.recv_cq = recv_cq.native_handle();
@@ -34,10 +42,14 @@ queue_pair::queue_pair(const protection_domain& pd,
   attr.cap.max_send_sge = options.max_send_sge;
   attr.cap.max_recv_sge = options.max_recv_sge;
   attr.cap.max_inline_data = options.max_inline_data;
-  qp_.reset(ibv_create_qp(pd.native_handle(), &attr));
-  if (!qp_) detail::throw_errno("ibv_create_qp");
+  return attr;
+}
+
+queue_pair_options granted(const queue_pair_options& options, const ibv_qp_init_attr& created) noexcept {
   // The device may grant more inline room than asked; never promise more than it granted.
-  options_.max_inline_data = std::min(options.max_inline_data, attr.cap.max_inline_data);
+  queue_pair_options result = options;
+  result.max_inline_data = std::min(options.max_inline_data, created.cap.max_inline_data);
+  return result;
 }
 
 queue_pair queue_pair::adopt(ibv_qp* qp, const queue_pair_options& options) noexcept {

@@ -1,23 +1,14 @@
 #include "coverbs/wire/frame.hpp"
 
+#include "coverbs/detail/little_endian.hpp"
 #include "coverbs/error.hpp"
 
 namespace coverbs::wire {
+
+using detail::get_le;
+using detail::put_le;
+
 namespace {
-
-template <class T>
-void put_le(std::byte* out, T value) noexcept {
-  for (std::size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-
-template <class T>
-T get_le(const std::byte* in) noexcept {
-  T value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    value |= static_cast<T>(static_cast<T>(std::to_integer<unsigned>(in[i])) << (8 * i));
-  }
-  return value;
-}
 
 // Header fields other than version, type and payload length, as bits: a type may set only
 // the fields it uses, so every accepted header has exactly one meaning.

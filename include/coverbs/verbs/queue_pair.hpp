@@ -45,6 +45,12 @@ struct connect_options {
   int remote_access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 };
 
+/// The creation attributes of an RC QP with `options` (shared by ibv_create_qp and rdma_cm).
+ibv_qp_init_attr init_attributes(const completion_queue& send_cq, const completion_queue& recv_cq,
+                                 const queue_pair_options& options) noexcept;
+/// `options` as the device granted them after creation (inline room never over-promised).
+queue_pair_options granted(const queue_pair_options& options, const ibv_qp_init_attr& created) noexcept;
+
 /// Owns an RC `ibv_qp`.
 class queue_pair {
  public:
