@@ -1,21 +1,63 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
 
 namespace coverbs::detail {
 
 namespace error = boost::asio::error;
+using wire::frame_status;
 using wire::frame_type;
+using kind = one_sided_request::kind;
 
 namespace {
 // Received bytes held for the application before reading pauses (TCP then holds the peer back).
 constexpr std::size_t max_held_bytes = 4u << 20;
 // Bytes queued for sending before writes wait: enough to keep TCP busy, bounded for slow peers.
 constexpr std::size_t max_outgoing_bytes = 2u << 20;
+// Frame buffers kept for reuse: enough for steady streaming without pinning a burst's memory.
+constexpr std::size_t max_spare_frames = 4;
+
+error_code malformed() { return make_error_code(errc::malformed_frame); }
+error_code flushed() { return make_error_code(wc_errc::flushed); }
+
+bool is_atomic(kind k) { return k == kind::fetch_add || k == kind::compare_swap; }
+
+frame_type response_to(kind k) {
+  switch (k) {
+    case kind::read: return frame_type::read_response;
+    case kind::write:
+    case kind::write_with_immediate: return frame_type::write_response;
+    case kind::fetch_add:
+    case kind::compare_swap: return frame_type::atomic_response;
+  }
+  return frame_type::close;
+}
+
+error_code check_atomic_arguments(const one_sided_request& r) {
+  if (r.local.size < 8 || r.remote.length < 8) return make_error_code(errc::buffer_too_small);
+  if (r.remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(r.local.data) % 8 != 0) {
+    return make_error_code(errc::misaligned_atomic);
+  }
+  return {};
+}
+
+// A handler never runs inside its initiating function, so completions found there are posted;
+// those found in a read or write completion are dispatched.
+template <class Handler, class Value>
+void complete_on(const boost::asio::any_io_executor& ex, Handler& handler, error_code ec, Value value, bool defer) {
+  auto bound = boost::asio::append(std::move(handler), ec, value);
+  if (defer) {
+    boost::asio::post(ex, std::move(bound));
+  } else {
+    boost::asio::dispatch(ex, std::move(bound));
+  }
+}
 }  // namespace
 
 tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message)
@@ -28,85 +70,139 @@ tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_mess
 tcp_stream::~tcp_stream() = default;
 
 void tcp_stream::start() {
-  wire::frame_header hello{.type = frame_type::hello, .length = wire::max_payload_size};
-  queue_frame(hello, nullptr, 0);
+  send_frame({.type = frame_type::hello, .length = wire::max_payload_size}, take_frame(0));
   read_header();
 }
 
 // --- receiving ----------------------------------------------------------------------------
 
 void tcp_stream::read_header() {
-  if (closed_ || failed()) return;
-  if (held_bytes_ >= max_held_bytes) {
+  if (closed_ || broken_ || reading_) return;
+  // A peer that runs ahead of the application, or that does not read its responses, is held
+  // back by TCP flow control once we stop reading.
+  if (held_bytes_ >= max_held_bytes || responses_queued_ >= max_unanswered) {
     read_paused_ = true;
     return;
   }
+  read_paused_ = false;
   reading_ = true;
   boost::asio::async_read(socket_, boost::asio::buffer(header_bytes_),
-                          [self = shared_from_this()](error_code ec, std::size_t) { self->on_header(ec); });
+                          [self = shared_from_this()](error_code ec, std::size_t n) { self->on_header(ec, n); });
 }
 
-void tcp_stream::on_header(error_code ec) {
+void tcp_stream::resume_reading() {
+  if (read_paused_) read_header();
+}
+
+void tcp_stream::on_header(error_code ec, std::size_t n) {
   reading_ = false;
-  if (closed_) return;
-  if (ec) return fail(ec == error::eof ? error_code(error::eof) : ec, wire::frame_status::ok);
-  if (auto bad = wire::decode_header(header_bytes_, header_); bad) {
-    return fail(bad, wire::frame_status::protocol_error);
+  if (closed_ || broken_) return;
+  if (ec == error::eof && n > 0) return protocol_error();  // the stream ended inside a header
+  if (ec) return connection_lost(ec);
+  const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
+  if (wire::decode_header(header_bytes_, header_, limit) || check_sequence()) return protocol_error();
+  read_payload();
+}
+
+// The rules that need the connection's state; decode_header has checked the frame on its own.
+error_code tcp_stream::check_sequence() const {
+  if ((limit_ == 0) != (header_.type == frame_type::hello)) return malformed();  // hello first, once
+  switch (header_.type) {
+    case frame_type::data: return peer_ended_ ? malformed() : error_code();
+    case frame_type::message:  // one frame carries a whole message
+      return peer_ended_ || header_.payload_length != header_.length ? malformed() : error_code();
+    case frame_type::close:
+      return peer_ended_ && header_.status == frame_status::ok ? malformed() : error_code();
+    case frame_type::read_response:
+    case frame_type::atomic_response:
+    case frame_type::write_response: return check_response();
+    default: return {};
   }
-  const bool first = peer_limit_ == 0;
-  if (first != (header_.type == frame_type::hello)) {
-    return fail(make_error_code(errc::malformed_frame), wire::frame_status::protocol_error);
+}
+
+// Responses come in request order, so each must answer the oldest unanswered request frame.
+error_code tcp_stream::check_response() const {
+  if (unanswered_ == 0 || header_.request_id != next_request_id_ - unanswered_) return malformed();
+  const one_sided_op& op = operations_.front();
+  if (header_.type != response_to(op.request.op)) return malformed();
+  if (header_.type == frame_type::read_response && header_.length != part_length(op, op.answered)) {
+    return malformed();
   }
-  if (header_.payload_length == 0) return handle_frame();
-  // Only data and messages carry payload this side accepts; decode_header bounded its size.
-  if (header_.type != frame_type::data && header_.type != frame_type::message) {
-    return fail(make_error_code(errc::unsupported_operation), wire::frame_status::remote_operation);
+  return {};
+}
+
+// decode_header bounded the payload by the negotiated limit, so this allocates at most that.
+void tcp_stream::read_payload() {
+  std::span<std::byte> into;
+  if (header_.type == frame_type::data || header_.type == frame_type::message) {
+    reading_slot_ = take_slot();
+    auto& slot = slots_[reading_slot_];
+    slot.resize(header_.payload_length);
+    into = slot;
+  } else {
+    scratch_.resize(header_.payload_length);
+    into = scratch_;
   }
-  reading_slot_ = take_slot();
-  auto& slot = slots_[reading_slot_];
-  slot.resize(header_.payload_length);
+  if (into.empty()) return handle_frame();
   reading_ = true;
-  boost::asio::async_read(socket_, boost::asio::buffer(slot),
+  boost::asio::async_read(socket_, boost::asio::buffer(into.data(), into.size()),
                           [self = shared_from_this()](error_code ec, std::size_t) { self->on_payload(ec); });
 }
 
 void tcp_stream::on_payload(error_code ec) {
   reading_ = false;
-  if (closed_) return;
-  if (ec) return fail(make_error_code(errc::malformed_frame), wire::frame_status::protocol_error);
+  if (closed_ || broken_) return;
+  if (ec == error::eof) return protocol_error();  // the stream ended inside a payload
+  if (ec) return connection_lost(ec);
   handle_frame();
 }
 
 void tcp_stream::handle_frame() {
   switch (header_.type) {
-    case frame_type::hello:
-      peer_limit_ = std::max(header_.length, wire::min_payload_limit);
-      capacity_available();
-      break;
+    case frame_type::hello: on_hello(); break;
     case frame_type::data:
-    case frame_type::message: {
-      const auto& slot = slots_[reading_slot_];
-      held_bytes_ += slot.size();
-      const segment s{slot.data(), slot.size(), reading_slot_};
-      if (header_.type == frame_type::data) {
-        deliver_bytes(s);
-      } else if (header_.length != header_.payload_length) {
-        return fail(make_error_code(errc::malformed_frame), wire::frame_status::protocol_error);
-      } else {
-        deliver_message(s);
-      }
-      break;
-    }
-    case frame_type::close:
-      if (header_.status == wire::frame_status::ok) {
-        deliver_end_of_stream();
-        break;  // the peer may still read; we keep reading until its socket closes
-      }
-      return fail(wire::to_error_code(header_.status), wire::frame_status::ok);
-    default:
-      return fail(make_error_code(errc::unsupported_operation), wire::frame_status::remote_operation);
+    case frame_type::message: on_stream_frame(); break;
+    case frame_type::write:
+    case frame_type::write_with_immediate: answer_write(); break;
+    case frame_type::read_request: answer_read(); break;
+    case frame_type::atomic_fetch_add:
+    case frame_type::atomic_compare_swap: answer_atomic(); break;
+    case frame_type::read_response:
+    case frame_type::atomic_response:
+    case frame_type::write_response: on_response(); break;
+    case frame_type::close: on_close(); break;
   }
   read_header();
+}
+
+void tcp_stream::on_hello() {
+  limit_ = std::min(header_.length, wire::max_payload_size);
+  send_requests();
+  capacity_available();
+}
+
+void tcp_stream::on_stream_frame() {
+  const auto& slot = slots_[reading_slot_];
+  held_bytes_ += slot.size();
+  const segment s{slot.data(), slot.size(), reading_slot_};
+  if (header_.type == frame_type::data) {
+    deliver_bytes(s);
+  } else {
+    deliver_message(s);
+  }
+}
+
+void tcp_stream::on_close() {
+  switch (header_.status) {
+    case frame_status::ok:  // the peer's stream ended; everything else goes on
+      peer_ended_ = true;
+      return deliver_end_of_stream();
+    case frame_status::protocol_error: return fail(malformed(), malformed(), malformed(), frame_status::ok);
+    default:
+      // The peer's connection is in error (after refusing a request of ours, whose response
+      // came first): as with an RC queue pair in error, what is left is flushed.
+      return fail(error::eof, flushed(), flushed(), frame_status::ok);
+  }
 }
 
 std::uint32_t tcp_stream::take_slot() {
@@ -122,25 +218,199 @@ std::uint32_t tcp_stream::take_slot() {
 void tcp_stream::release(std::uint32_t tag) {
   held_bytes_ -= slots_[tag].size();
   free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
-  if (read_paused_ && held_bytes_ < max_held_bytes) {
-    read_paused_ = false;
-    read_header();
+  resume_reading();
+}
+
+// --- responder ----------------------------------------------------------------------------
+
+void tcp_stream::answer_write() {
+  const wire::frame_header& h = header_;
+  // The whole rest of the operation is checked first, so a write that would run past its
+  // region is refused at its first part and writes nothing, as a device checks the RETH length.
+  error_code ec = regions_.check(h.rkey, h.remote_address, h.length, verbs::access::remote_write);
+  if (!ec) ec = regions_.apply_write(h.rkey, h.remote_address, std::span(scratch_.data(), h.payload_length));
+  send_frame({.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)},
+             take_frame(0), true);
+  if (ec) return refuse(ec);
+  if (h.type == frame_type::write_with_immediate) deliver_immediate(h.immediate);
+}
+
+void tcp_stream::answer_read() {
+  const wire::frame_header& h = header_;
+  std::vector<std::byte> frame = take_frame(h.length);
+  const error_code ec =
+      regions_.apply_read(h.rkey, h.remote_address, h.length, std::span(frame).subspan(wire::header_size));
+  if (ec) frame.resize(wire::header_size);
+  send_frame({.type = frame_type::read_response,
+              .payload_length = ec ? 0 : h.length,
+              .request_id = h.request_id,
+              .length = h.length,
+              .status = wire::to_status(ec)},
+             std::move(frame), true);
+  if (ec) refuse(ec);
+}
+
+void tcp_stream::answer_atomic() {
+  const wire::frame_header& h = header_;
+  std::uint64_t previous = 0;
+  const error_code ec = h.type == frame_type::atomic_fetch_add
+                            ? regions_.apply_fetch_add(h.rkey, h.remote_address, h.compare_add, previous)
+                            : regions_.apply_compare_swap(h.rkey, h.remote_address, h.compare_add, h.swap, previous);
+  send_frame({.type = frame_type::atomic_response,
+              .request_id = h.request_id,
+              .compare_add = ec ? 0 : previous,
+              .status = wire::to_status(ec)},
+             take_frame(0), true);
+  if (ec) refuse(ec);
+}
+
+// A refused request puts the connection in error, as it puts both RC queue pairs: the peer
+// learns why from the response and the close frame after it, and nothing more is served.
+void tcp_stream::refuse(error_code ec) {
+  fail(error::eof, flushed(), flushed(), wire::to_status(ec));
+}
+
+// --- requester ----------------------------------------------------------------------------
+
+void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
+  if (request.local.size > request.remote.length) {
+    return complete_on(get_executor(), handler, make_error_code(errc::buffer_too_small), std::size_t{0}, true);
+  }
+  start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
+}
+
+void tcp_stream::atomic(const one_sided_request& request, value_handler handler) {
+  if (const error_code ec = check_atomic_arguments(request)) {
+    return complete_on(get_executor(), handler, ec, std::uint64_t{0}, true);
+  }
+  start_operation({.request = request, .on_size = {}, .on_value = std::move(handler)});
+}
+
+void tcp_stream::start_operation(one_sided_op op) {
+  if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
+  operations_.push_back(std::move(op));
+  send_requests();
+}
+
+// Frames go out in operation order, so responses, which come back in that order, complete
+// operations in the order they were started.
+void tcp_stream::send_requests() {
+  while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size() && unanswered_ < max_unanswered &&
+         outgoing_bytes_ < max_outgoing_bytes) {
+    one_sided_op& op = operations_[next_to_send_];
+    send_request_frame(op);
+    if (op.sent == op.frames) ++next_to_send_;
   }
 }
 
+void tcp_stream::send_request_frame(one_sided_op& op) {
+  const one_sided_request& r = op.request;
+  if (op.frames == 0) {
+    op.frames = is_atomic(r.op) ? 1 : static_cast<std::uint32_t>(wire::frame_count(r.local.size, limit_));
+  }
+  const std::uint64_t offset = std::uint64_t{op.sent} * limit_;
+  const wire::frame_header h = request_header(op, offset);
+  std::vector<std::byte> frame = take_frame(h.payload_length);
+  if (h.payload_length != 0) {
+    std::memcpy(frame.data() + wire::header_size, static_cast<const std::byte*>(r.local.data) + offset, h.payload_length);
+  }
+  ++op.sent;
+  ++unanswered_;
+  send_frame(h, std::move(frame));
+}
+
+// The header of `op`'s next part, which starts `offset` bytes into it.
+wire::frame_header tcp_stream::request_header(const one_sided_op& op, std::uint64_t offset) {
+  const one_sided_request& r = op.request;
+  wire::frame_header h{.request_id = next_request_id_++, .remote_address = r.remote.address + offset, .rkey = r.remote.rkey};
+  switch (r.op) {
+    case kind::read:
+      h.type = frame_type::read_request;
+      h.length = part_length(op, op.sent);
+      break;
+    case kind::write:
+    case kind::write_with_immediate: {
+      // Only the last part carries the immediate, so the peer sees it after all the data.
+      const bool with_immediate = r.op == kind::write_with_immediate && op.sent + 1 == op.frames;
+      h.type = with_immediate ? frame_type::write_with_immediate : frame_type::write;
+      h.immediate = with_immediate ? r.immediate : 0;
+      h.length = static_cast<std::uint32_t>(r.local.size - offset);
+      h.payload_length = part_length(op, op.sent);
+      break;
+    }
+    case kind::fetch_add:
+      h.type = frame_type::atomic_fetch_add;
+      h.compare_add = r.compare_add;
+      break;
+    case kind::compare_swap:
+      h.type = frame_type::atomic_compare_swap;
+      h.compare_add = r.compare_add;
+      h.swap = r.swap;
+      break;
+  }
+  return h;
+}
+
+std::uint32_t tcp_stream::part_length(const one_sided_op& op, std::uint32_t part) const noexcept {
+  return wire::chunk_size(op.request.local.size, std::uint64_t{part} * limit_, limit_);
+}
+
+void tcp_stream::on_response() {
+  --unanswered_;
+  one_sided_op& op = operations_.front();
+  if (header_.status != frame_status::ok) {
+    // As when an RC requester gets a NAK: this operation fails, the ones behind it are
+    // flushed. The peer's close frame follows; it is not waited for.
+    return fail(error::eof, wire::to_error_code(header_.status), flushed(), frame_status::ok);
+  }
+  std::uint64_t value = op.request.local.size;
+  if (header_.type == frame_type::read_response && header_.length != 0) {
+    std::memcpy(static_cast<std::byte*>(op.request.local.data) + std::uint64_t{op.answered} * limit_, scratch_.data(),
+                header_.length);
+  } else if (header_.type == frame_type::atomic_response) {
+    value = header_.compare_add;
+    std::memcpy(op.request.local.data, &value, sizeof value);
+  }
+  if (++op.answered < op.frames) return send_requests();
+  one_sided_op done = std::move(operations_.front());
+  operations_.pop_front();
+  --next_to_send_;
+  send_requests();
+  finish(done, {}, value, false);
+}
+
+void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
+  if (ec) value = 0;  // a failed operation moved nothing
+  if (op.on_size) return complete_on(get_executor(), op.on_size, ec, static_cast<std::size_t>(value), defer);
+  complete_on(get_executor(), op.on_value, ec, value, defer);
+}
+
+std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                                          remote_buffer& remote) {
+  lkey = 0;
+  remote = regions_.register_region(memory, rights);
+  return remote.rkey;  // unique while registered, so it is the handle too
+}
+
+void tcp_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.deregister(handle); }
+
 // --- sending ------------------------------------------------------------------------------
 
-void tcp_stream::queue_frame(const wire::frame_header& h, const_buffer_list* payload, std::size_t length) {
+std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
   std::vector<std::byte> frame;
   if (!spare_frames_.empty()) {
     frame = std::move(spare_frames_.back());
     spare_frames_.pop_back();
   }
-  frame.resize(wire::header_size + length);
+  frame.resize(wire::header_size + payload);
+  return frame;
+}
+
+void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
-  if (payload != nullptr) payload->take(frame.data() + wire::header_size, length);
   outgoing_bytes_ += frame.size();
-  outgoing_.push_back(std::move(frame));
+  if (response) ++responses_queued_;
+  outgoing_.push_back({std::move(frame), response});
   if (!writing_) write_next();
 }
 
@@ -150,75 +420,95 @@ void tcp_stream::write_next() {
     return;
   }
   writing_ = true;
-  boost::asio::async_write(socket_, boost::asio::buffer(outgoing_.front()),
-                           [self = shared_from_this()](error_code ec, std::size_t) {
-                             auto& sent = self->outgoing_.front();
-                             self->outgoing_bytes_ -= sent.size();
-                             self->spare_frames_.push_back(std::move(sent));
-                             self->outgoing_.pop_front();
-                             if (ec) {
-                               self->writing_ = false;
-                               return self->fail(error::broken_pipe, wire::frame_status::ok);
-                             }
-                             self->write_next();
-                             self->capacity_available();
-                           });
+  boost::asio::async_write(socket_, boost::asio::buffer(outgoing_.front().bytes),
+                           [self = shared_from_this()](error_code ec, std::size_t) { self->on_written(ec); });
+}
+
+void tcp_stream::on_written(error_code ec) {
+  outgoing_frame& sent = outgoing_.front();
+  outgoing_bytes_ -= sent.bytes.size();
+  if (sent.response) --responses_queued_;
+  if (spare_frames_.size() < max_spare_frames) spare_frames_.push_back(std::move(sent.bytes));
+  outgoing_.pop_front();
+  if (closed_ || ec) {
+    writing_ = false;
+    if (!closed_) connection_lost(error::broken_pipe);
+    return;
+  }
+  write_next();
+  resume_reading();
+  send_requests();
+  capacity_available();
 }
 
 std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
-  if (peer_limit_ == 0 || end_sent_ || closed_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
+  if (limit_ == 0 || stream_ended_ || broken_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
   const std::size_t total = buffers.bytes();
-  const std::size_t n = message ? total : std::min<std::size_t>(total, peer_limit_);
-  if (message && n > peer_limit_) return 0;  // send_message checked max_message_size already
+  if (message && total > limit_) {
+    // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
+    // failing (outside this initiating call) beats a send that waits for ever.
+    boost::asio::post(get_executor(), [self = shared_from_this()] {
+      self->fail(error::message_size, flushed(), flushed(), frame_status::remote_operation);
+    });
+    return 0;
+  }
+  const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
   wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
                        .payload_length = static_cast<std::uint32_t>(n)};
   if (message) h.length = static_cast<std::uint32_t>(n);
-  queue_frame(h, &buffers, n);
+  std::vector<std::byte> frame = take_frame(n);
+  buffers.take(frame.data() + wire::header_size, n);
+  send_frame(h, std::move(frame));
   return n > 0 ? n : 1;  // an empty message still counts as sent
 }
 
+// close(ok) ends this side's stream bytes and messages only; one-sided operations go on.
 void tcp_stream::shutdown_send() {
-  if (end_sent_ || closed_) return;
-  end_sent_ = true;
-  queue_frame({.type = frame_type::close, .status = wire::frame_status::ok}, nullptr, 0);
+  if (stream_ended_ || broken_) return;
+  stream_ended_ = true;
+  send_frame({.type = frame_type::close}, take_frame(0));
 }
-
-// --- one-sided operations (not carried yet) ---------------------------------------------------
-
-void tcp_stream::transfer(const one_sided_request&, size_handler handler) {
-  boost::asio::post(get_executor(), boost::asio::append(std::move(handler),
-                                                        error_code(make_error_code(errc::unsupported_operation)),
-                                                        std::size_t{0}));
-}
-
-void tcp_stream::atomic(const one_sided_request&, value_handler handler) {
-  boost::asio::post(get_executor(), boost::asio::append(std::move(handler),
-                                                        error_code(make_error_code(errc::unsupported_operation)),
-                                                        std::uint64_t{0}));
-}
-
-void tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
-                                 remote_buffer& remote) {
-  lkey = 0;
-  remote = regions_.register_region(memory, rights);
-}
-
-void tcp_stream::deregister_memory(std::uint32_t rkey) noexcept { regions_.deregister(rkey); }
 
 // --- failure and close --------------------------------------------------------------------
 
-void tcp_stream::fail(error_code ec, wire::frame_status tell_peer) {
-  if (tell_peer != wire::frame_status::ok && !end_sent_) {
-    end_sent_ = true;
-    queue_frame({.type = frame_type::close, .status = tell_peer}, nullptr, 0);
+void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, frame_status tell_peer) {
+  if (broken_) return;
+  broken_ = true;
+  if (tell_peer != frame_status::ok && !failure_sent_) {
+    failure_sent_ = true;
+    send_frame({.type = frame_type::close, .status = tell_peer}, take_frame(0));
   }
-  deliver_failure(ec);
+  std::deque<one_sided_op> ops = take_operations();
+  for (auto& op : ops) finish(op, &op == &ops.front() ? first : rest, 0, false);
+  deliver_failure(stream_ec);
+}
+
+// Taken out before any handler runs: handlers may run inline and start operations.
+std::deque<tcp_stream::one_sided_op> tcp_stream::take_operations() {
+  std::deque<one_sided_op> ops = std::move(operations_);
+  operations_.clear();
+  next_to_send_ = 0;
+  unanswered_ = 0;
+  return ops;
+}
+
+void tcp_stream::protocol_error() { fail(malformed(), malformed(), malformed(), frame_status::protocol_error); }
+
+// The connection ended without a failing close: requests still unanswered never will be, as
+// when an RC requester's peer stops answering.
+void tcp_stream::connection_lost(error_code ec) {
+  const error_code timed_out = make_error_code(wc_errc::retry_exceeded);
+  fail(ec, timed_out, timed_out, frame_status::ok);
 }
 
 void tcp_stream::close() {
   if (closed_) return;
   closed_ = true;
+  broken_ = true;
+  std::deque<one_sided_op> ops = take_operations();
   deliver_failure(error::operation_aborted);
+  // As when a queue pair is torn down: what was started and not answered is flushed.
+  for (auto& op : ops) finish(op, flushed(), 0, true);
   boost::system::error_code ignored;
   socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -2,6 +2,7 @@
 // Asio TCP socket, feeding the same stream_core as RDMA.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <deque>
@@ -16,6 +17,10 @@ namespace coverbs::detail {
 
 class tcp_stream final : public stream_core, public std::enable_shared_from_this<tcp_stream> {
  public:
+  /// Request frames a requester leaves unanswered at most (the protocol's rule, like an RDMA
+  /// initiator depth); a responder holding this many unsent responses stops reading.
+  static constexpr std::uint32_t max_unanswered = 16;
+
   /// Takes a connected socket; `max_message` bounds the messages this side sends.
   tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message);
   ~tcp_stream() override;
@@ -24,43 +29,104 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void start();
   void shutdown_send() override;
   void close() override;
-  std::size_t max_message_size() const noexcept override { return max_message_; }
+  /// Messages are single frames, so the peer's payload limit bounds them too.
+  std::size_t max_message_size() const noexcept override {
+    return std::min<std::size_t>(max_message_, limit_ != 0 ? limit_ : wire::max_payload_size);
+  }
   /// The regions a peer may reach with one-sided operations.
   wire::region_table& regions() noexcept { return regions_; }
   boost::asio::ip::tcp::socket& socket() noexcept { return socket_; }
   void transfer(const one_sided_request& request, size_handler handler) override;
   void atomic(const one_sided_request& request, value_handler handler) override;
-  void register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+  std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                        remote_buffer& remote) override;
-  void deregister_memory(std::uint32_t rkey) noexcept override;
+  void deregister_memory(std::uint32_t handle) noexcept override;
 
  private:
+  // A user's one-sided operation, from its start until its last response.
+  struct one_sided_op {
+    one_sided_request request;
+    size_handler on_size;    // transfers
+    value_handler on_value;  // atomics
+    std::uint32_t frames = 0;  // frames it needs; known once the payload limit is
+    std::uint32_t sent = 0;
+    std::uint32_t answered = 0;
+  };
+  struct outgoing_frame {
+    std::vector<std::byte> bytes;
+    bool response = false;
+  };
+
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
 
+  // Receiving.
   void read_header();
-  void on_header(error_code ec);
+  void resume_reading();
+  void on_header(error_code ec, std::size_t n);
+  error_code check_sequence() const;
+  error_code check_response() const;
+  void read_payload();
   void on_payload(error_code ec);
   void handle_frame();
-  void fail(error_code ec, wire::frame_status tell_peer);
-  void queue_frame(const wire::frame_header& h, const_buffer_list* payload, std::size_t length);
+  void on_hello();
+  void on_stream_frame();
+  void on_close();
+
+  // Responder.
+  void answer_write();
+  void answer_read();
+  void answer_atomic();
+  void refuse(error_code ec);
+
+  // Requester.
+  void start_operation(one_sided_op op);
+  void send_requests();
+  void send_request_frame(one_sided_op& op);
+  wire::frame_header request_header(const one_sided_op& op, std::uint64_t offset);
+  void on_response();
+  std::uint32_t part_length(const one_sided_op& op, std::uint32_t part) const noexcept;
+  void finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer);
+
+  // Sending.
+  std::vector<std::byte> take_frame(std::size_t payload);
+  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false);
   void write_next();
+  void on_written(error_code ec);
+
+  // Ends the connection: stream operations see `stream_ec`, the oldest outstanding operation
+  // `first`, every other one `rest`; a `tell_peer` other than ok goes out in a close frame.
+  void fail(error_code stream_ec, error_code first, error_code rest, wire::frame_status tell_peer);
+  std::deque<one_sided_op> take_operations();
+  void protocol_error();
+  void connection_lost(error_code ec);
   std::uint32_t take_slot();
 
   boost::asio::ip::tcp::socket socket_;
   std::size_t max_message_;
-  std::uint32_t peer_limit_ = 0;  ///< 0 until the peer's hello
+  std::uint32_t limit_ = 0;  ///< negotiated payload limit; 0 until the peer's hello
   std::array<std::byte, wire::header_size> header_bytes_{};
   wire::frame_header header_;
   std::uint32_t reading_slot_ = 0;
   std::vector<std::vector<std::byte>> slots_;  ///< payloads of received data and messages
   std::vector<std::uint32_t> free_slots_;
+  std::vector<std::byte> scratch_;  ///< payloads of write requests and read responses
   std::size_t held_bytes_ = 0;
-  bool read_paused_ = false, reading_ = false, closed_ = false, end_sent_ = false;
-  std::deque<std::vector<std::byte>> outgoing_;
+  bool read_paused_ = false, reading_ = false;
+  bool closed_ = false;        ///< close() was called
+  bool broken_ = false;        ///< the connection failed (or was closed): nothing new starts
+  bool stream_ended_ = false;  ///< this side sent close(ok)
+  bool peer_ended_ = false;    ///< the peer sent close(ok)
+  bool failure_sent_ = false;  ///< this side sent a failing close
+  std::deque<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t outgoing_bytes_ = 0;
+  std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
+  std::deque<one_sided_op> operations_;  ///< started and not completed, in order
+  std::size_t next_to_send_ = 0;         ///< index in operations_ of the first with unsent frames
+  std::uint64_t next_request_id_ = 1;
+  std::uint32_t unanswered_ = 0;  ///< request frames sent whose response has not arrived
   wire::region_table regions_;
 };
 

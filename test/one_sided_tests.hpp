@@ -1,0 +1,454 @@
+// One-sided operation bodies shared by every transport: each takes a connected pair of
+// sockets (a, b) and the io_context running them, so RDMA and TCP must give the very same
+// results, error codes and after-effects.
+#pragma once
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "stream_tests.hpp"
+
+namespace coverbs::test {
+
+inline constexpr auto all_remote_rights =
+    verbs::access::remote_read | verbs::access::remote_write | verbs::access::remote_atomic;
+
+/// What one operation completed with; `done` stays false until it has.
+struct outcome {
+  bool done = false;
+  error_code ec;
+  std::uint64_t value = 0;
+};
+
+/// A completion handler that records into `o` (size and value signatures alike).
+inline auto record(outcome& o) {
+  return [&o](error_code ec, auto value) { o = {true, ec, static_cast<std::uint64_t>(value)}; };
+}
+
+/// Runs `io` until `done()` holds, failing the test if it does not within `limit`.
+template <class Predicate>
+void run_until_done(asio::io_context& io, Predicate done, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  io.restart();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done() && io.run_one_until(deadline) > 0) {
+  }
+  BOOST_REQUIRE_MESSAGE(done(), "operations did not complete within the time limit");
+}
+
+inline bool all_bytes(std::span<const std::byte> bytes, std::byte value) {
+  return std::all_of(bytes.begin(), bytes.end(), [value](std::byte x) { return x == value; });
+}
+
+/// Memory of which only the middle is registered for the peer: the guards must never change.
+class guarded_region {
+ public:
+  static constexpr std::size_t guard = 4096;
+  static constexpr std::byte fill{0xee};
+
+  guarded_region(socket& owner, std::size_t size, verbs::access rights)
+      : bytes_(size + 2 * guard, fill), registration_(owner.register_memory(region(), rights)) {}
+
+  std::span<std::byte> region() { return std::span(bytes_).subspan(guard, bytes_.size() - 2 * guard); }
+  std::span<const std::byte> region() const { return std::span(bytes_).subspan(guard, bytes_.size() - 2 * guard); }
+  remote_buffer remote() const { return registration_.remote(); }
+  remote_buffer remote(std::size_t offset, std::size_t length) const { return registration_.remote(offset, length); }
+  void deregister() { registration_ = registered_memory(); }
+
+  bool guards_untouched() const {
+    const std::span<const std::byte> all(bytes_);
+    return all_bytes(all.first(guard), fill) && all_bytes(all.last(guard), fill);
+  }
+  bool untouched() const { return all_bytes(bytes_, fill); }
+  std::uint64_t word(std::size_t offset) const {
+    std::uint64_t value = 0;
+    std::memcpy(&value, region().data() + offset, sizeof value);
+    return value;
+  }
+  void set_word(std::size_t offset, std::uint64_t value) { std::memcpy(region().data() + offset, &value, sizeof value); }
+
+ private:
+  std::vector<std::byte> bytes_;
+  registered_memory registration_;
+};
+
+/// Registered memory for the local side of operations; the peer gets no rights to it.
+struct local_memory {
+  static constexpr std::byte fill{0x11};
+  std::vector<std::byte> bytes;
+  registered_memory registration;
+
+  local_memory(socket& owner, std::size_t size) : bytes(size, fill), registration(owner.register_memory(bytes, verbs::access::none)) {}
+  verbs::local_buffer slice(std::size_t offset, std::size_t length) const { return registration.slice(offset, length); }
+  std::uint64_t word(std::size_t offset) const {
+    std::uint64_t value = 0;
+    std::memcpy(&value, bytes.data() + offset, sizeof value);
+    return value;
+  }
+  bool untouched() const { return all_bytes(bytes, fill); }
+};
+
+/// RDMA WRITE then READ of the same bytes; 3 MiB is more than one TCP frame.
+inline void write_then_read_back(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t largest = 3u << 20;
+  guarded_region target(b, largest, all_remote_rights);
+  local_memory source(a, largest), back(a, largest);
+  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, largest}) {
+    BOOST_TEST_CONTEXT("size " << size) {
+      const auto data = random_bytes(size, static_cast<unsigned>(size) + 1);
+      std::copy(data.begin(), data.end(), source.bytes.begin());
+      outcome wrote;
+      a.async_write(source.slice(0, size), target.remote(0, size), record(wrote));
+      BOOST_TEST(!wrote.done);  // never inside the initiating function
+      run_until_done(io, [&] { return wrote.done; });
+      BOOST_TEST(!wrote.ec, wrote.ec.message());
+      BOOST_TEST(wrote.value == size);
+      BOOST_TEST(std::equal(data.begin(), data.end(), target.region().begin()));
+      BOOST_TEST(target.guards_untouched());
+
+      outcome read;
+      a.async_read(back.slice(0, size), target.remote(0, size), record(read));
+      run_until_done(io, [&] { return read.done; });
+      BOOST_TEST(!read.ec, read.ec.message());
+      BOOST_TEST(read.value == size);
+      BOOST_TEST(std::equal(data.begin(), data.end(), back.bytes.begin()));
+      BOOST_TEST(all_bytes(std::span(back.bytes).subspan(size), local_memory::fill));
+    }
+  }
+  // A read from the middle of a region, into the middle of the local buffer.
+  outcome read;
+  a.async_read(back.slice(100, 5000), target.remote(7, 6000), record(read));
+  run_until_done(io, [&] { return read.done; });
+  BOOST_TEST(!read.ec, read.ec.message());
+  BOOST_TEST(read.value == 5000u);
+  BOOST_TEST(std::equal(back.bytes.begin() + 100, back.bytes.begin() + 5100, target.region().begin() + 7));
+}
+
+/// The peer's async_receive_immediate completes after the data is visible to it, whether it
+/// waits already or asks later; immediates keep their order.
+inline void write_with_immediate_shows_the_data_first(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t largest = 3u << 20;
+  guarded_region target(b, largest, verbs::access::remote_write);
+  local_memory source(a, largest);
+  const std::pair<std::size_t, std::uint32_t> cases[] = {{0, 0x01020304}, {100, 0xdeadbeef}, {largest, 7}};
+  for (const auto& [size, immediate] : cases) {
+    BOOST_TEST_CONTEXT("size " << size) {
+      const auto data = random_bytes(size, static_cast<unsigned>(size) + 5);
+      std::copy(data.begin(), data.end(), source.bytes.begin());
+      outcome wrote, received;
+      bool visible = false;
+      b.async_receive_immediate([&](error_code ec, std::uint32_t value) {
+        received = {true, ec, value};
+        visible = std::equal(data.begin(), data.end(), target.region().begin());
+      });
+      a.async_write_with_immediate(source.slice(0, size), target.remote(0, size), immediate, record(wrote));
+      run_until_done(io, [&] { return wrote.done && received.done; });
+      BOOST_TEST(!wrote.ec, wrote.ec.message());
+      BOOST_TEST(wrote.value == size);
+      BOOST_TEST(!received.ec, received.ec.message());
+      BOOST_TEST(received.value == immediate);
+      BOOST_TEST(visible);
+      BOOST_TEST(target.guards_untouched());
+    }
+  }
+  outcome first, second;
+  a.async_write_with_immediate(source.slice(0, 8), target.remote(0, 8), 11, record(first));
+  a.async_write_with_immediate(source.slice(0, 8), target.remote(8, 8), 12, record(second));
+  run_until_done(io, [&] { return first.done && second.done; });
+  BOOST_TEST(!first.ec);
+  BOOST_TEST(!second.ec);
+  for (const std::uint32_t expected : {11u, 12u}) {
+    outcome got;
+    b.async_receive_immediate(record(got));
+    run_until_done(io, [&] { return got.done; });
+    BOOST_TEST(!got.ec, got.ec.message());
+    BOOST_TEST(got.value == expected);
+  }
+}
+
+/// Atomics return the previous value, in the handler and in the 8-byte local buffer.
+inline void atomics_return_the_previous_value(asio::io_context& io, socket& a, socket& b) {
+  guarded_region target(b, 64, verbs::access::remote_atomic);
+  target.set_word(8, 40);
+  local_memory result(a, 16);
+  auto run = [&](auto start) {
+    outcome o;
+    start(record(o));
+    run_until_done(io, [&] { return o.done; });
+    BOOST_TEST(!o.ec, o.ec.message());
+    BOOST_TEST(result.word(0) == o.value);
+    return o.value;
+  };
+  const auto local = result.slice(0, 8);
+  const auto word = target.remote(8, 8);
+  BOOST_TEST(run([&](auto h) { a.async_fetch_add(local, word, 2, h); }) == 40u);
+  BOOST_TEST(target.word(8) == 42u);
+  BOOST_TEST(run([&](auto h) { a.async_compare_swap(local, word, 42, 7, h); }) == 42u);  // swapped
+  BOOST_TEST(target.word(8) == 7u);
+  BOOST_TEST(run([&](auto h) { a.async_compare_swap(local, word, 42, 9, h); }) == 7u);  // compare failed
+  BOOST_TEST(target.word(8) == 7u);
+  BOOST_TEST(run([&](auto h) { a.async_fetch_add(local, word, ~std::uint64_t{0}, h); }) == 7u);  // wraps: -1
+  BOOST_TEST(target.word(8) == 6u);
+  BOOST_TEST(all_bytes(target.region().first(8), guarded_region::fill));
+  BOOST_TEST(all_bytes(target.region().subspan(16), guarded_region::fill));
+  BOOST_TEST(target.guards_untouched());
+  BOOST_TEST(all_bytes(std::span(result.bytes).subspan(8), local_memory::fill));
+}
+
+namespace detail_one_sided {
+
+// One direction of `operations_pipeline_both_ways`: many operations started at once, each
+// checked when its handler runs, and the handlers' order recorded.
+struct pipeline {
+  static constexpr std::size_t bulk = 2u << 20;
+  guarded_region target;
+  local_memory local;
+  std::vector<std::byte> data = random_bytes(bulk, 99);
+  std::vector<int> order;
+  std::vector<std::string> wrong;
+  int started = 0;
+
+  pipeline(socket& requester, socket& responder)
+      : target(responder, bulk + 64, all_remote_rights), local(requester, 2 * bulk + 176) {
+    std::copy(data.begin(), data.end(), local.bytes.begin());
+    target.set_word(bulk, 1000);
+  }
+
+  auto expect(std::uint64_t value, std::function<bool()> check = {}) {
+    const int index = started++;
+    return [this, index, value, check](error_code ec, auto got) {
+      order.push_back(index);
+      if (ec || static_cast<std::uint64_t>(got) != value || (check && !check())) {
+        wrong.push_back("operation " + std::to_string(index) + ": " + ec.message() + ", " + std::to_string(got));
+      }
+    };
+  }
+
+  void start(socket& requester) {
+    const auto word = target.remote(bulk, 8);
+    requester.async_write(local.slice(0, bulk), target.remote(0, bulk), expect(bulk));
+    // Ordered after the write on the same connection, so it reads what the write left.
+    requester.async_read(local.slice(bulk, bulk), target.remote(0, bulk), expect(bulk, [this] {
+      return std::equal(data.begin(), data.end(), local.bytes.begin() + bulk);
+    }));
+    // Each atomic has its own result word: the RDMA transport reads the value it hands to the
+    // handler back from that word, so operations in flight together must not share one.
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      requester.async_fetch_add(local.slice(2 * bulk + 8 * i, 8), word, 1, expect(1000 + i));
+    }
+    requester.async_compare_swap(local.slice(2 * bulk + 160, 8), word, 1020, 5, expect(1020));
+    requester.async_write_with_immediate(local.slice(0, 64), target.remote(0, 64), 77, expect(64));
+    requester.async_compare_swap(local.slice(2 * bulk + 168, 8), word, 1020, 6, expect(5));
+  }
+  bool done() const { return static_cast<int>(order.size()) == started; }
+};
+
+}  // namespace detail_one_sided
+
+/// Both sides keep many mixed operations in flight at once, each side requester and responder
+/// together: every handler sees its own result, in the order the operations were started.
+inline void operations_pipeline_both_ways(asio::io_context& io, socket& a, socket& b) {
+  detail_one_sided::pipeline ab(a, b), ba(b, a);
+  ab.start(a);
+  ba.start(b);
+  outcome imm_b, imm_a;
+  b.async_receive_immediate(record(imm_b));
+  a.async_receive_immediate(record(imm_a));
+  run_until_done(io, [&] { return ab.done() && ba.done() && imm_a.done && imm_b.done; });
+  for (auto* p : {&ab, &ba}) {
+    std::vector<int> expected(static_cast<std::size_t>(p->started));
+    std::iota(expected.begin(), expected.end(), 0);
+    BOOST_TEST(p->order == expected, boost::test_tools::per_element());
+    for (const auto& w : p->wrong) BOOST_ERROR(w);
+    BOOST_TEST(p->target.word(detail_one_sided::pipeline::bulk) == 5u);
+    BOOST_TEST(p->target.guards_untouched());
+  }
+  BOOST_TEST((imm_b.value == 77u && !imm_b.ec));
+  BOOST_TEST((imm_a.value == 77u && !imm_a.ec));
+}
+
+/// Ways to ask for memory the peer did not grant; each is `wc_errc::remote_access`.
+enum class violation {
+  wrong_rkey,
+  write_past_the_end,
+  read_before_the_start,
+  write_without_remote_write,
+  read_without_remote_read,
+  atomic_without_remote_atomic,
+  atomic_past_the_end,
+  deregistered,
+};
+
+inline verbs::access rights_for(violation v) {
+  using verbs::access;
+  switch (v) {
+    case violation::write_without_remote_write: return access::remote_read | access::remote_atomic;
+    case violation::read_without_remote_read: return access::remote_write | access::remote_atomic;
+    case violation::atomic_without_remote_atomic: return access::remote_read | access::remote_write;
+    default: return all_remote_rights;
+  }
+}
+
+inline void start_violation(violation v, socket& a, const local_memory& local, guarded_region& target,
+                            outcome& result) {
+  switch (v) {
+    case violation::wrong_rkey: {
+      remote_buffer wrong = target.remote();
+      wrong.rkey ^= 0x5a5a;
+      return a.async_write(local.slice(0, 1024), wrong, record(result));
+    }
+    case violation::write_past_the_end: {
+      // A descriptor that claims more than was registered: the responder checks, not the library.
+      remote_buffer beyond = target.remote(2048, 2048);
+      beyond.length = 8192;
+      return a.async_write(local.slice(0, 8192), beyond, record(result));
+    }
+    case violation::read_before_the_start: {
+      remote_buffer before = target.remote();
+      before.address -= 64;
+      return a.async_read(local.slice(0, 128), before, record(result));
+    }
+    case violation::write_without_remote_write:
+      return a.async_write(local.slice(0, 512), target.remote(0, 512), record(result));
+    case violation::read_without_remote_read:
+      return a.async_read(local.slice(0, 512), target.remote(0, 512), record(result));
+    case violation::atomic_without_remote_atomic:
+      return a.async_fetch_add(local.slice(0, 8), target.remote(0, 8), 1, record(result));
+    case violation::atomic_past_the_end: {
+      remote_buffer end = target.remote(4088, 8);
+      end.address += 8;
+      return a.async_compare_swap(local.slice(0, 8), end, 0, 1, record(result));
+    }
+    case violation::deregistered: {
+      const remote_buffer stale = target.remote(0, 256);
+      target.deregister();
+      return a.async_write(local.slice(0, 256), stale, record(result));
+    }
+  }
+}
+
+/// A refused operation completes with remote_access and touches no byte, and the connection
+/// then fails on both sides as both RC queue pairs go to the error state: the operation behind
+/// it and later ones are flushed, streams end, and the peer's own operations are flushed too.
+inline void refused_operation_fails_the_connection(asio::io_context& io, socket& a, socket& b, violation v) {
+  guarded_region target(b, 4096, rights_for(v));
+  guarded_region spare_at_b(b, 4096, all_remote_rights), spare_at_a(a, 4096, all_remote_rights);
+  local_memory local(a, 8192), local_b(b, 64);
+  std::array<char, 8> buf_a{}, buf_b{};
+  outcome b_read, refused, behind;
+  b.async_read_some(asio::buffer(buf_b), record(b_read));  // waits for stream bytes throughout
+  start_violation(v, a, local, target, refused);
+  a.async_write(local.slice(0, 64), spare_at_b.remote(0, 64), record(behind));
+  BOOST_TEST(!refused.done);
+  run_until_done(io, [&] { return refused.done && behind.done; });
+  BOOST_TEST((refused.ec == make_error_code(wc_errc::remote_access)), refused.ec.message());
+  BOOST_TEST((refused.ec == std::errc::permission_denied));
+  BOOST_TEST(refused.value == 0u);
+  BOOST_TEST((behind.ec == make_error_code(wc_errc::flushed)), behind.ec.message());
+  BOOST_TEST(behind.value == 0u);
+  BOOST_TEST(target.untouched());
+  BOOST_TEST(spare_at_b.untouched());
+  BOOST_TEST(local.untouched());
+
+  outcome later_a, later_b, a_read, a_write, b_write, imm_a, imm_b;
+  a.async_write(local.slice(0, 64), spare_at_b.remote(0, 64), record(later_a));
+  b.async_write(local_b.slice(0, 64), spare_at_a.remote(0, 64), record(later_b));
+  a.async_read_some(asio::buffer(buf_a), record(a_read));
+  a.async_write_some(asio::buffer("x", 1), record(a_write));
+  b.async_write_some(asio::buffer("y", 1), record(b_write));
+  a.async_receive_immediate(record(imm_a));
+  run_until_done(io, [&] {
+    return later_a.done && later_b.done && a_read.done && a_write.done && b_write.done && imm_a.done && b_read.done;
+  });
+  b.async_receive_immediate(record(imm_b));
+  run_until_done(io, [&] { return imm_b.done; });
+  BOOST_TEST((later_a.ec == make_error_code(wc_errc::flushed)), later_a.ec.message());
+  BOOST_TEST((later_b.ec == make_error_code(wc_errc::flushed)), later_b.ec.message());
+  BOOST_TEST((a_read.ec == asio::error::eof), a_read.ec.message());
+  BOOST_TEST((b_read.ec == asio::error::eof), b_read.ec.message());
+  BOOST_TEST((a_write.ec == asio::error::broken_pipe), a_write.ec.message());
+  BOOST_TEST((b_write.ec == asio::error::broken_pipe), b_write.ec.message());
+  BOOST_TEST((imm_a.ec == asio::error::eof), imm_a.ec.message());
+  BOOST_TEST((imm_b.ec == asio::error::eof), imm_b.ec.message());
+  BOOST_TEST(spare_at_b.untouched());
+  BOOST_TEST(spare_at_a.untouched());
+  BOOST_TEST(target.untouched());
+}
+
+/// Arguments the requester can see are wrong are refused before anything is sent, with the
+/// handler posted, and the connection stays fully usable.
+inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, socket& b) {
+  guarded_region target(b, 4096, all_remote_rights);
+  local_memory local(a, 256);
+  std::vector<outcome> results(7);
+  a.async_write(local.slice(0, 128), target.remote(0, 64), record(results[0]));
+  a.async_read(local.slice(0, 128), target.remote(0, 64), record(results[1]));
+  a.async_write_with_immediate(local.slice(0, 128), target.remote(0, 64), 1, record(results[2]));
+  a.async_fetch_add(local.slice(0, 4), target.remote(0, 8), 1, record(results[3]));
+  a.async_compare_swap(local.slice(0, 8), target.remote(0, 4), 0, 1, record(results[4]));
+  a.async_fetch_add(local.slice(0, 8), target.remote(4, 8), 1, record(results[5]));
+  a.async_compare_swap(local.slice(4, 8), target.remote(0, 8), 0, 1, record(results[6]));
+  BOOST_TEST(std::none_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }));
+  run_until_done(io, [&] { return std::all_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }); });
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    BOOST_TEST_CONTEXT("operation " << i) {
+      const auto expected = i < 5 ? make_error_code(errc::buffer_too_small) : make_error_code(errc::misaligned_atomic);
+      BOOST_TEST((results[i].ec == expected), results[i].ec.message());
+      BOOST_TEST(results[i].value == 0u);
+    }
+  }
+  BOOST_TEST(target.untouched());
+  BOOST_TEST(local.untouched());
+
+  outcome wrote, added;
+  local.bytes[0] = std::byte{0x42};
+  a.async_write(local.slice(0, 64), target.remote(0, 64), record(wrote));
+  a.async_fetch_add(local.slice(8, 8), target.remote(64, 8), 1, record(added));
+  run_until_done(io, [&] { return wrote.done && added.done; });
+  BOOST_TEST(!wrote.ec, wrote.ec.message());
+  BOOST_TEST(!added.ec, added.ec.message());
+  BOOST_TEST((target.region()[0] == std::byte{0x42}));
+  BOOST_TEST(added.value == 0xeeeeeeeeeeeeeeeeu);
+  bulk_both_ways(io, a, b, 4096);
+}
+
+/// Shutting down the sending side ends the peer's stream only: one-sided operations keep
+/// working in both directions, and so does the peer's stream towards the side that shut down.
+inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b) {
+  guarded_region at_b(b, 4096, all_remote_rights), at_a(a, 4096, all_remote_rights);
+  local_memory local_a(a, 64), local_b(b, 64);
+  a.shutdown(asio::socket_base::shutdown_send);
+  std::array<char, 8> buf{};
+  outcome eof, wrote, read, sent, got, imm;
+  b.async_read_some(asio::buffer(buf), record(eof));
+  run_until_done(io, [&] { return eof.done; });
+  BOOST_TEST((eof.ec == asio::error::eof), eof.ec.message());
+
+  local_a.bytes[0] = std::byte{1};
+  at_a.region()[0] = std::byte{2};
+  a.async_write(local_a.slice(0, 64), at_b.remote(0, 64), record(wrote));
+  b.async_read(local_b.slice(0, 64), at_a.remote(0, 64), record(read));
+  a.async_write_with_immediate(local_a.slice(0, 8), at_b.remote(64, 8), 5, record(imm));
+  b.async_write_some(asio::buffer("z", 1), record(sent));
+  a.async_read_some(asio::buffer(buf), record(got));
+  run_until_done(io, [&] { return wrote.done && read.done && sent.done && got.done && imm.done; });
+  BOOST_TEST(!wrote.ec, wrote.ec.message());
+  BOOST_TEST(!read.ec, read.ec.message());
+  BOOST_TEST(!imm.ec, imm.ec.message());
+  BOOST_TEST(!sent.ec, sent.ec.message());
+  BOOST_TEST(!got.ec, got.ec.message());
+  BOOST_TEST((at_b.region()[0] == std::byte{1}));
+  BOOST_TEST((local_b.bytes[0] == std::byte{2}));
+  BOOST_TEST(buf[0] == 'z');
+  outcome immediate;
+  b.async_receive_immediate(record(immediate));
+  run_until_done(io, [&] { return immediate.done; });
+  BOOST_TEST(!immediate.ec, immediate.ec.message());
+  BOOST_TEST(immediate.value == 5u);
+}
+
+}  // namespace coverbs::test
