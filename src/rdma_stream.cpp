@@ -80,6 +80,13 @@ void rdma_stream::post_send(std::uint32_t index, std::size_t length, std::uint32
 
 std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
   std::size_t total = 0;
+  if (message && buffers.empty()) {  // an empty message still takes a buffer and a credit
+    if (free_send_.empty() || credits_ < 1 || fin_wanted_ || closed_) return 0;
+    const std::uint32_t index = free_send_.back();
+    free_send_.pop_back();
+    post_send(index, 0, stream_imm::message_bit);
+    return 1;
+  }
   while (!buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_) {
     const std::uint32_t index = free_send_.back();
     free_send_.pop_back();
@@ -195,16 +202,17 @@ void rdma_stream::atomic(const one_sided_request& request, value_handler handler
                request.local, request.remote, request.compare_add, request.swap);
 }
 
-void rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
-                                  remote_buffer& remote) {
+std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights,
+                                           std::uint32_t& lkey, remote_buffer& remote) {
   // The connection's own protection domain: the key is useless on any other connection.
   auto mr = std::make_unique<verbs::memory_region>(pd_, memory, rights);
   lkey = mr->lkey();
   remote = mr->remote();
-  regions_[mr->rkey()] = std::move(mr);
+  regions_[lkey] = std::move(mr);  // lkeys are unique; rkeys of local-only regions are all 0
+  return lkey;
 }
 
-void rdma_stream::deregister_memory(std::uint32_t rkey) noexcept { regions_.erase(rkey); }
+void rdma_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.erase(handle); }
 
 void rdma_stream::close() {
   if (closed_) return;

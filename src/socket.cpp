@@ -38,7 +38,7 @@ void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, e
 registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights) {
   if (!impl_) throw boost::system::system_error(boost::asio::error::bad_descriptor, "register_memory");
   registered_memory r;
-  impl_->register_memory(memory, rights | verbs::access::local_write, r.lkey_, r.remote_);
+  r.handle_ = impl_->register_memory(memory, rights | verbs::access::local_write, r.lkey_, r.remote_);
   r.owner_ = impl_;
   r.memory_ = memory;
   return r;
@@ -65,7 +65,7 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& 
   }
   // Receiving cannot be refused to a peer that holds credits; shutting it down only matters
   // for sends, which the peer must learn about.
-  if (what != boost::asio::socket_base::shutdown_receive) impl_->shutdown_send();
+  if (what != boost::asio::socket_base::shutdown_receive) impl_->shutdown_sending();
 }
 
 void socket::shutdown(boost::asio::socket_base::shutdown_type what) {

@@ -102,11 +102,20 @@ void stream_core::write_some(const const_buffer_list& buffers, size_handler hand
   serve_write(true);
 }
 
+void stream_core::shutdown_sending() {
+  sending_shut_ = true;
+  shutdown_send();
+  serve_write(true);
+  serve_send(true);
+}
+
 void stream_core::serve_write(bool defer) {
   if (!write_) return;
   error_code ec;
   std::size_t n = 0;
-  if (failure_) {
+  if (sending_shut_) {
+    ec = error::broken_pipe;
+  } else if (failure_) {
     ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
   } else if (!write_->buffers.empty()) {
     n = transmit(write_->buffers, false);
@@ -129,9 +138,11 @@ void stream_core::serve_send(bool defer) {
   if (!send_) return;
   error_code ec;
   const std::size_t size = send_->buffers.bytes();
-  if (failure_) {
+  if (sending_shut_) {
+    ec = error::broken_pipe;
+  } else if (failure_) {
     ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
-  } else if (transmit(send_->buffers, true) == 0 && size > 0) {
+  } else if (transmit(send_->buffers, true) == 0) {  // transports return at least 1 when they took it
     return;
   }
   auto h = std::move(send_->handler);

@@ -26,7 +26,7 @@ class registered_memory {
   }
   /// Deregisters (if the connection is still there).
   ~registered_memory() {
-    if (auto owner = owner_.lock()) owner->deregister_memory(remote_.rkey);
+    if (auto owner = owner_.lock()) owner->deregister_memory(handle_);
   }
 
   /// The registered bytes.
@@ -55,12 +55,14 @@ class registered_memory {
     std::swap(owner_, other.owner_);
     std::swap(memory_, other.memory_);
     std::swap(lkey_, other.lkey_);
+    std::swap(handle_, other.handle_);
     std::swap(remote_, other.remote_);
   }
 
   std::weak_ptr<detail::stream_core> owner_;
   std::span<std::byte> memory_;
   std::uint32_t lkey_ = 0;
+  std::uint32_t handle_ = 0;
   remote_buffer remote_;
 };
 

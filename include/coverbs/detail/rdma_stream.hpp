@@ -64,9 +64,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void peer_disconnected();
   void transfer(const one_sided_request& request, size_handler handler) override;
   void atomic(const one_sided_request& request, value_handler handler) override;
-  void register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+  std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                        remote_buffer& remote) override;
-  void deregister_memory(std::uint32_t rkey) noexcept override;
+  void deregister_memory(std::uint32_t handle) noexcept override;
 
  private:
   struct receive_done;

@@ -67,12 +67,17 @@ class stream_core {
   virtual void atomic(const one_sided_request& request, value_handler handler) = 0;
   /// Registers `memory` for the peer with `rights`; the key is valid on this connection only.
   /// `lkey` is filled for local use (RDMA) and `remote` is the descriptor for the peer.
-  virtual void register_memory(std::span<std::byte> memory, verbs::access rights,
+  /// Returns the handle `deregister_memory` takes (not the rkey: rxe gives every registration
+  /// without remote rights rkey 0).
+  virtual std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights,
                                std::uint32_t& lkey, remote_buffer& remote) = 0;
   /// Ends a registration made by `register_memory`.
-  virtual void deregister_memory(std::uint32_t rkey) noexcept = 0;
+  virtual void deregister_memory(std::uint32_t handle) noexcept = 0;
 
-  /// No more sends from this side; the peer reads eof after what was sent.
+  /// No more sends from this side: the peer reads eof after what was sent, and later writes
+  /// and sends end with broken_pipe, as on a TCP socket.
+  void shutdown_sending();
+  /// The transport's half of shutdown_sending: tell the peer.
   virtual void shutdown_send() = 0;
   /// Tears the connection down; pending operations end with operation_aborted.
   virtual void close() = 0;
@@ -128,6 +133,7 @@ class stream_core {
   std::size_t front_offset_ = 0;
   std::deque<segment> messages_;
   bool end_of_stream_ = false;
+  bool sending_shut_ = false;
   std::optional<error_code> failure_;
   std::optional<pending_read> read_, receive_;
   std::optional<pending_write> write_, send_;

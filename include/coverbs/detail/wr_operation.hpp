@@ -29,7 +29,10 @@ inline error_code result_error(const operation& op) {
 /// Result policies: what value a completed operation hands to its handler.
 struct bytes_result {
   using value_type = std::size_t;
-  static value_type value(const operation& op) noexcept { return op.byte_len; }
+  /// A failed request moved nothing the caller can rely on, as with Asio's sockets.
+  static value_type value(const operation& op) noexcept {
+    return op.status == IBV_WC_SUCCESS && op.post_error == 0 ? op.byte_len : 0;
+  }
 };
 struct immediate_result {
   using value_type = std::uint32_t;
