@@ -217,7 +217,7 @@ void rdma_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.er
 void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;
-  deliver_failure(error::operation_aborted);
+  deliver_failure(error::operation_aborted, true);
   // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up
   // until the last send has been acknowledged (or has failed).
   if (sends_posted_ == 0) finish_close();

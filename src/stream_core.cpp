@@ -230,14 +230,14 @@ void stream_core::deliver_end_of_stream() {
   serve_receive(false);
 }
 
-void stream_core::deliver_failure(error_code ec) {
+void stream_core::deliver_failure(error_code ec, bool defer) {
   if (failure_) return;
   failure_ = ec;
-  fail_immediate_waiter(read_error(), false);
-  serve_read(false);
-  serve_receive(false);
-  serve_write(false);
-  serve_send(false);
+  fail_immediate_waiter(read_error(), defer);
+  serve_read(defer);
+  serve_receive(defer);
+  serve_write(defer);
+  serve_send(defer);
 }
 
 void stream_core::capacity_available() {

@@ -506,7 +506,7 @@ void tcp_stream::close() {
   closed_ = true;
   broken_ = true;
   std::deque<one_sided_op> ops = take_operations();
-  deliver_failure(error::operation_aborted);
+  deliver_failure(error::operation_aborted, true);
   // As when a queue pair is torn down: what was started and not answered is flushed.
   for (auto& op : ops) finish(op, flushed(), 0, true);
   boost::system::error_code ignored;

@@ -97,7 +97,9 @@ class stream_core {
   void deliver_end_of_stream();
   /// A peer's write_with_immediate landed; its data is visible.
   void deliver_immediate(std::uint32_t immediate);
-  void deliver_failure(error_code ec);
+  /// `defer` posts the handlers: required when called from a user's call such as close(), whose
+  /// caller may be destroyed by a handler that ran inside it (Asio never does that either).
+  void deliver_failure(error_code ec, bool defer = false);
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
   bool failed() const noexcept { return failure_.has_value(); }
