@@ -1,0 +1,86 @@
+// Command-line helpers shared by echo_server and echo_client, so both report bad input the
+// same way: a message naming the program, a pointer to --help, exit status 2.
+#pragma once
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/system/system_error.hpp>
+#include <charconv>
+#include <coverbs/socket.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace cli {
+
+[[noreturn]] inline void usage_error(std::string_view program, const std::string& message) {
+  std::cerr << program << ": " << message << "\n"
+            << "Try '" << program << " --help' for the options.\n";
+  std::exit(2);
+}
+
+/// A whole decimal number within [low, high]; nothing else (no sign, no trailing text).
+inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high) {
+  std::size_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < low || value > high) return {};
+  return value;
+}
+
+inline std::optional<coverbs::transport> transport(std::string_view text) {
+  if (text == "auto") return coverbs::transport::automatic;
+  if (text == "rdma") return coverbs::transport::rdma;
+  if (text == "tcp") return coverbs::transport::tcp;
+  return {};
+}
+
+inline std::string_view name(coverbs::transport t) {
+  switch (t) {
+    case coverbs::transport::rdma: return "rdma";
+    case coverbs::transport::tcp: return "tcp";
+    case coverbs::transport::automatic: break;
+  }
+  return "auto";
+}
+
+/// Numeric addresses only: resolving names could block on DNS, and RDMA needs the address of
+/// a device anyway.
+inline std::optional<boost::asio::ip::address> address(std::string_view text) {
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(std::string(text), ec);
+  if (ec) return {};
+  return a;
+}
+
+/// The reason alone, without the source location Boost adds to what().
+inline std::string describe(const std::exception& e) {
+  if (auto* b = dynamic_cast<const boost::system::system_error*>(&e)) return b->code().message();
+  if (auto* s = dynamic_cast<const std::system_error*>(&e)) return s->code().message();
+  return e.what();
+}
+
+/// Walks argv; `value()` takes the argument after the current option or exits with usage.
+class arguments {
+ public:
+  arguments(std::string_view program, int argc, char** argv) : program_(program), argc_(argc), argv_(argv) {}
+  bool next() { return ++i_ < argc_; }
+  std::string_view current() const { return argv_[i_]; }
+  std::string_view value() {
+    if (i_ + 1 >= argc_) usage_error(program_, std::string(current()) + " needs a value");
+    return argv_[++i_];
+  }
+  [[noreturn]] void bad_value(std::string_view what) const {
+    usage_error(program_,
+                std::string(argv_[i_ - 1]) + " takes " + std::string(what) + ", not '" + argv_[i_] + "'");
+  }
+
+ private:
+  std::string_view program_;
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+};
+
+}  // namespace cli

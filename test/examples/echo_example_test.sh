@@ -1,0 +1,142 @@
+#!/bin/bash
+# Runs echo_server and echo_client the way a user does: separate processes, real sockets,
+# checking exit codes and output. Prints one line per check; exits non-zero if any failed.
+# Usage: echo_example_test.sh tcp|rdma ECHO_SERVER ECHO_CLIENT
+#   tcp:  on 127.0.0.1, client forced to TCP
+#   rdma: on $COVERBS_VM_IP, client forced to RDMA (run it through test/rdma-launcher)
+set -uo pipefail
+[ $# = 3 ] || { sed -n '2,6s/^# //p' "$0" >&2; exit 2; }
+mode=$1 server=$2 client=$3
+case $mode in
+    tcp) addr=127.0.0.1 ;;
+    rdma) addr=${COVERBS_VM_IP:?"needs COVERBS_VM_IP: run it through test/rdma-launcher"} ;;
+    *) echo "unknown mode '$mode'" >&2; exit 2 ;;
+esac
+work=$(mktemp -d)
+pids=()
+# shellcheck disable=SC2317 # runs from the EXIT trap
+cleanup() {
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+failed=0 start=$SECONDS
+
+last=${EPOCHREALTIME/./}
+stamp() {  # sets took: the time since the previous check, in seconds with one decimal
+    local now=${EPOCHREALTIME/./}
+    local d=$(((now - last) / 100000))
+    last=$now took="$((d / 10)).$((d % 10)) s"
+}
+pass() { stamp; echo "PASS $1 ($took)"; }
+fail() { stamp; echo "FAIL $1 ($took)"; [ ! -s "$work/out" ] || sed 's/^/    | /' "$work/out"; failed=1; }
+
+# expect RC DESCRIPTION PATTERN CMD...: CMD exits with RC (within 60 s) and prints PATTERN.
+expect() {
+    local want=$1 what=$2 pattern=$3; shift 3
+    timeout -k 5 60 "$@" >"$work/out" 2>&1
+    local rc=$?
+    if [ $rc != "$want" ]; then fail "$what: exit $rc, expected $want"; else out_has "$pattern" "$what"; fi
+}
+
+# out_has PATTERN DESCRIPTION: the last command's output has a line matching PATTERN.
+out_has() { if grep -Eq -- "$1" "$work/out"; then pass "$2"; else fail "$2: no line matching '$1'"; fi; }
+
+# start_server ARGS...: sets server_pid and port, once the server says where it listens.
+start_server() {
+    "$server" --listen "$addr" --port 0 "$@" >"$work/server.log" 2>&1 &
+    server_pid=$! port=
+    pids+=("$server_pid")
+    for _ in $(seq 300); do
+        port=$(sed -n 's/^echo_server: listening on .*:\([0-9]*\) (.*)$/\1/p' "$work/server.log")
+        if [ -n "$port" ] || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cp "$work/server.log" "$work/out"; fail "server did not report its port"; exit 1; }
+}
+
+# finish PID: sets rc to PID's exit status once it ends, or to "hung" (and kills it) after 30 s.
+finish() {
+    for _ in $(seq 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; wait "$1" 2>/dev/null; rc=hung; return; fi
+    wait "$1" 2>/dev/null
+    rc=$?
+}
+
+# server_exits RC DESCRIPTION: the server ends by itself with RC.
+server_exits() {
+    finish "$server_pid"
+    cp "$work/server.log" "$work/out"
+    if [ "$rc" = "$1" ]; then pass "$2"; else fail "$2: exit $rc, expected $1"; fi
+}
+
+# log_has COUNT PATTERN DESCRIPTION: the server log has COUNT lines matching PATTERN.
+log_has() {
+    local n; n=$(grep -Ec -- "$2" "$work/server.log")
+    cp "$work/server.log" "$work/out"
+    if [ "$n" = "$1" ]; then pass "$3"; else fail "$3: $n lines match '$2', expected $1"; fi
+}
+
+# Parsing does not depend on the transport: checked once, where processes start fast.
+if [ "$mode" = tcp ]; then
+    echo "== command line"
+    expect 0 "server --help" '^usage: echo_server' "$server" --help
+    expect 0 "client --help" '^usage: echo_client' "$client" --help
+    expect 2 "server bad option" "unknown option '--bogus'" "$server" --bogus
+    expect 2 "client bad option" "unknown option '--bogus'" "$client" --connect "$addr:1" --bogus
+    expect 2 "server port out of range" 'port number from 0 to 65535' "$server" --port 70000
+    expect 2 "server bad address" 'IPv4 or IPv6 address' "$server" --listen 10.0.0.300
+    expect 2 "server unknown transport" 'auto, rdma or tcp' "$server" --transport udp
+    expect 2 "client without --connect" 'required' "$client"
+    expect 2 "client bad address" 'ADDR:PORT' "$client" --connect nowhere:7000
+    expect 2 "client port out of range" 'ADDR:PORT' "$client" --connect "$addr:65536"
+    expect 2 "client unknown transport" 'auto, rdma or tcp' "$client" --connect "$addr:1" --transport udp
+    expect 2 "client zero messages" 'positive number' "$client" --connect "$addr:1" --messages 0
+fi
+
+echo "== echo over $mode"
+start_server --connections 5
+log_has 1 "listening on .*:$port \(.*$mode.*\)" "server listens for $mode"
+expect 0 "3 connections, 200 round trips of 1000 bytes" 'round trips/s, every reply matched' \
+    "$client" --connect "$addr:$port" --transport "$mode" --connections 3 --messages 200 --size 1000
+out_has "3 connection\(s\) to .* over $mode," "client reports $mode"
+out_has 'latency us: p50 [0-9.e+]+  p99 [0-9.e+]+  p99.9 [0-9.e+]+  max [0-9.e+]+$' "client reports percentiles"
+# Messages far larger than the receive buffers in flight: a client that wrote before reading
+# would stall here.
+expect 0 "2 connections, 4 round trips of 4 MiB" 'every reply matched' \
+    "$client" --connect "$addr:$port" --transport "$mode" --connections 2 --messages 4 --size 4194304
+server_exits 0 "server exits after --connections 5"
+log_has 5 "^echo_server: \[[0-9]\] .* connected over $mode$" "server logs 5 connections over $mode"
+log_has 5 'closed: echoed [0-9]+ bytes in .*\(client closed\)$' "server logs 5 orderly ends"
+log_has 1 'served 5 connection\(s\)' "server summary"
+expect 1 "client to a closed port" 'cannot connect to .*refused' \
+    "$client" --connect "$addr:$port" --transport "$mode" --connections 2
+
+echo "== failures and signals"
+start_server
+kill -STOP "$server_pid"  # alive but silent: connecting or the first reply must time out
+expect 1 "client gives up on a stopped server" 'took longer than 2 s' \
+    "$client" --connect "$addr:$port" --transport "$mode" --timeout 2
+kill -KILL "$server_pid"  # a fresh server below: this one has the abandoned connection queued
+kill -CONT "$server_pid"
+wait "$server_pid" 2>/dev/null
+start_server
+"$client" --connect "$addr:$port" --transport "$mode" --connections 2 --messages 1000000000 >"$work/client.log" 2>&1 &
+client_pid=$!
+pids+=("$client_pid")
+for _ in $(seq 300); do [ "$(grep -c ' connected over ' "$work/server.log")" -ge 2 ] && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$server_pid"
+server_exits 0 "SIGTERM stops the server during a run"
+log_has 1 'stopping \(SIGTERM\), closing 2 connection' "server says why it stops"
+log_has 2 'closed: .*\(server stopping\)$' "server ends both sessions"
+finish "$client_pid"
+cp "$work/client.log" "$work/out"
+if [ "$rc" = 1 ] && grep -q '^echo_client: connection [12]: ' "$work/out"; then pass "client reports the lost server"
+else fail "client reports the lost server: exit $rc"; fi
+start_server
+kill -INT "$server_pid"
+server_exits 0 "SIGINT stops an idle server"
+
+echo "== $mode: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
+exit $failed
