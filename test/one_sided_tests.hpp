@@ -452,3 +452,47 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
 }
 
 }  // namespace coverbs::test
+
+/// Registers every body above as test cases over `Pair` (a socket-pair fixture type with io, a
+/// and b), so each transport's test file runs the same list. Refusals each get a fresh
+/// connection, since a refusal ends it.
+#define COVERBS_ONE_SIDED_TEST_CASES(Pair)                                                          \
+  BOOST_AUTO_TEST_CASE(write_then_read_back) {                                                     \
+    Pair p;                                                                                         \
+    coverbs::test::write_then_read_back(p.io, p.a, p.b);                                            \
+  }                                                                                                 \
+  BOOST_AUTO_TEST_CASE(write_with_immediate) {                                                     \
+    Pair p;                                                                                         \
+    coverbs::test::write_with_immediate_shows_the_data_first(p.io, p.a, p.b);                       \
+  }                                                                                                 \
+  BOOST_AUTO_TEST_CASE(atomics) {                                                                   \
+    Pair p;                                                                                         \
+    coverbs::test::atomics_return_the_previous_value(p.io, p.a, p.b);                               \
+  }                                                                                                 \
+  BOOST_AUTO_TEST_CASE(pipeline_both_ways) {                                                       \
+    Pair p;                                                                                         \
+    coverbs::test::operations_pipeline_both_ways(p.io, p.a, p.b);                                   \
+  }                                                                                                 \
+  BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                                            \
+    Pair p;                                                                                         \
+    coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);                               \
+  }                                                                                                 \
+  BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                                                 \
+    Pair p;                                                                                         \
+    coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                                        \
+  }                                                                                                 \
+  COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                                       \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                                               \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                                            \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                                       \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                                         \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)                                     \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                                              \
+  COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)
+
+#define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                       \
+  BOOST_AUTO_TEST_CASE(refused_##name) {                                                           \
+    Pair p;                                                                                         \
+    coverbs::test::refused_operation_fails_the_connection(p.io, p.a, p.b,                           \
+                                                          coverbs::test::violation::name);          \
+  }
