@@ -248,8 +248,8 @@ class run {
                : "";
   }
 
-  // The first failure ends the run. Stopping the context rather than closing sockets, because
-  // a connect in progress cannot be cancelled.
+  // The first failure ends the run: stopping the context abandons every connection and
+  // pending connect at once, and the program exits right after.
   void fail(const std::string& message) {
     if (error_.empty()) error_ = message + hint();
     io_.stop();

@@ -1,6 +1,7 @@
 #include "coverbs/detail/connect.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -120,10 +121,14 @@ error_code to_error_code(std::exception_ptr e) {
 
 void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
                    const socket_options& options, connect_handler handler) {
+  // co_spawn hands the handler's cancellation slot to the coroutine, which passes it to each
+  // resolve and connect step it awaits: a cancel ends whichever is pending.
+  auto slot = asio::get_associated_cancellation_slot(handler);
   asio::co_spawn(executor, connect_any(peer, options),
-                 [handler = std::move(handler)](std::exception_ptr e, connection c) mutable {
-                   std::move(handler)(e ? to_error_code(e) : error_code(), std::move(c));
-                 });
+                 asio::bind_cancellation_slot(
+                     slot, [handler = std::move(handler)](std::exception_ptr e, connection c) mutable {
+                       std::move(handler)(e ? to_error_code(e) : error_code(), std::move(c));
+                     }));
 }
 
 }  // namespace coverbs::detail

@@ -2,7 +2,13 @@
 // acceptor and connect, the ported Asio echo program, and connection errors.
 #pragma once
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <optional>
+#include <vector>
 #include <numeric>
 
 #include "connected_pair.hpp"
@@ -77,6 +83,69 @@ inline void refused(transport kind) {
   s.async_connect(asio::ip::tcp::endpoint(test_address(), port), [&](error_code ec) { result = ec; });
   io.run_for(std::chrono::seconds(30));
   BOOST_TEST((result == asio::error::connection_refused), result.message());
+  BOOST_TEST(!s.is_open());
+}
+
+/// A connect to a listener that never answers, raced against a timer with `||`: the timer
+/// wins, the connect ends with operation_aborted and leaves the socket closed and reusable.
+inline void connect_cancelled_by_timer(transport kind) {
+  namespace asio = boost::asio;
+  using namespace asio::experimental::awaitable_operators;
+  asio::io_context io;
+  // RDMA: a cm listener whose requests nobody takes. TCP: a listener with a full backlog,
+  // which drops further SYNs, so the connect keeps retrying.
+  std::optional<cm::id> rdma_listener;
+  std::optional<asio::ip::tcp::acceptor> tcp_listener;
+  std::vector<asio::ip::tcp::socket> fillers;
+  unsigned short port = 0;
+  if (kind == transport::rdma) {
+    rdma_listener.emplace(io.get_executor());
+    rdma_listener->bind(asio::ip::tcp::endpoint(test_address(), 0));
+    rdma_listener->listen(16);  // room for both attempts: a full backlog refuses
+    port = rdma_listener->local_endpoint().port();
+  } else {
+    tcp_listener.emplace(io, asio::ip::tcp::endpoint(test_address(), 0));
+    tcp_listener->listen(0);
+    port = tcp_listener->local_endpoint().port();
+    for (int i = 0; i < 2; ++i) {
+      fillers.emplace_back(io).async_connect(tcp_listener->local_endpoint(), [](error_code) {});
+    }
+  }
+  socket s(io, {.kind = kind});
+  asio::steady_timer timer(io, std::chrono::milliseconds(300));
+  std::optional<std::size_t> winner;
+  auto started = std::chrono::steady_clock::now(), ended = started;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto r = co_await (s.async_connect(asio::ip::tcp::endpoint(test_address(), port), asio::use_awaitable) ||
+                           timer.async_wait(asio::use_awaitable));
+        winner = r.index();
+        ended = std::chrono::steady_clock::now();
+        io.stop();  // the filler that never got in still waits
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(20));
+  BOOST_REQUIRE(winner.has_value());
+  BOOST_TEST(*winner == 1u);  // the timer
+  BOOST_TEST(std::chrono::duration_cast<std::chrono::milliseconds>(ended - started).count() < 3000);
+  BOOST_TEST(!s.is_open());
+
+  // With a callback and a cancellation signal, the connect reports operation_aborted.
+  io.restart();
+  asio::cancellation_signal signal;
+  error_code result = asio::error::would_block;
+  s.async_connect(asio::ip::tcp::endpoint(test_address(), port),
+                  asio::bind_cancellation_slot(signal.slot(), [&](error_code ec) {
+                    result = ec;
+                    io.stop();
+                  }));
+  timer.expires_after(std::chrono::milliseconds(300));
+  timer.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
+  io.run_for(std::chrono::seconds(20));
+  BOOST_TEST((result == asio::error::operation_aborted), result.message());
   BOOST_TEST(!s.is_open());
 }
 

@@ -4,6 +4,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -96,18 +97,22 @@ class socket {
   /// Connects to `peer` (closing any current connection first) over the transport the options
   /// choose: RDMA through rdma_cm where a device serves the route and the peer accepts RDMA,
   /// else TCP. Completion: `void(error_code)`, with Asio's codes (connection_refused, ...).
-  /// The socket must outlive the operation, as with Asio.
+  /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
+  /// timer with `||`) abandons the attempt: whatever was half set up is torn down, and the
+  /// completion is `operation_aborted`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, const endpoint_type& peer) {
           self->close();
+          auto slot = boost::asio::get_associated_cancellation_slot(handler);
           auto done = [self, h = std::move(handler)](error_code ec, detail::connection c) mutable {
             if (!ec) self->attach(std::move(c.stream), c.kind, c.local, c.remote);
             auto ex = boost::asio::get_associated_executor(h, self->executor_);
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
-          detail::async_connect(self->executor_, peer, self->options_, detail::connect_handler(std::move(done)));
+          detail::async_connect(self->executor_, peer, self->options_,
+                                detail::connect_handler(boost::asio::bind_cancellation_slot(slot, std::move(done))));
         },
         token, this, peer);
   }

@@ -14,6 +14,7 @@ BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::rdma); }
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::rdma); }
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
+BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
 
 BOOST_AUTO_TEST_CASE(one_automatic_acceptor_serves_rdma_and_tcp_clients) {
   namespace asio = boost::asio;

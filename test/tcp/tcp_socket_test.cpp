@@ -29,6 +29,7 @@ BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
 }
 
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
+BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::tcp); }
 
 BOOST_AUTO_TEST_CASE(automatic_transport_without_rdma_is_tcp) {
   // On a machine without an RDMA device, the default transport must quietly be TCP.
