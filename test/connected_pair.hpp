@@ -11,15 +11,9 @@
 
 #include "coverbs/acceptor.hpp"
 #include "coverbs/socket.hpp"
+#include "test_address.hpp"
 
 namespace coverbs::test {
-
-/// The address tests listen and connect on: the Soft-RoCE device's inside the VM (rdma_cm
-/// cannot use 127.0.0.1 there), loopback elsewhere.
-inline boost::asio::ip::address test_address() {
-  const char* ip = std::getenv("COVERBS_VM_IP");
-  return boost::asio::ip::make_address(ip != nullptr ? ip : "127.0.0.1");
-}
 
 struct connected_pair {
   boost::asio::io_context io;

@@ -4,10 +4,9 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/test/unit_test.hpp>
-#include <cstdlib>
-#include <string>
 
 #include "coverbs/verbs/device.hpp"
+#include "test_address.hpp"
 
 namespace coverbs::test {
 
@@ -21,15 +20,11 @@ struct rdma_env {
     if (verbs::device::names().empty()) {
       BOOST_FAIL("no RDMA device: run RDMA tests through test/rdma-launcher (Soft-RoCE VM)");
     }
-    if (const char* ip = std::getenv("COVERBS_VM_IP")) {
-      return verbs::device::open_for(boost::asio::ip::make_address(ip));
-    }
+    if (auto address = device_address()) return verbs::device::open_for(*address);
     return verbs::device::open();
   }
   static verbs::gid_entry pick_gid(const verbs::device& dev) {
-    if (const char* ip = std::getenv("COVERBS_VM_IP")) {
-      return dev.gid_for(boost::asio::ip::make_address(ip));
-    }
+    if (auto address = device_address()) return dev.gid_for(*address);
     return dev.default_gid();
   }
 };

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "coverbs/coverbs.hpp"
+#include "test_address.hpp"
 
 namespace asio = boost::asio;
 using namespace coverbs;
@@ -38,12 +39,6 @@ bool starts_with(std::span<const std::byte> data, std::string_view text) {
   return data.size() >= text.size() && std::memcmp(data.data(), text.data(), text.size()) == 0;
 }
 
-asio::ip::address vm_address() {
-  const char* ip = std::getenv("COVERBS_VM_IP");
-  BOOST_REQUIRE_MESSAGE(ip != nullptr, "COVERBS_VM_IP is unset: run through test/rdma-launcher");
-  return asio::ip::make_address(ip);  // rdma_cm on rxe cannot reach 127.0.0.1
-}
-
 struct cm_fixture {
   asio::io_context io;
   // One PD and CQ for the device, declared before every id: a QP belongs to its id, and a PD
@@ -56,7 +51,7 @@ struct cm_fixture {
   cm_fixture() {
     listener.bind({asio::ip::address_v4::any(), 0});
     listener.listen();
-    server = {vm_address(), listener.local_endpoint().port()};
+    server = {test::rdma_address(), listener.local_endpoint().port()};
   }
   void use_device(const verbs::device& dev) {
     if (!pd) {

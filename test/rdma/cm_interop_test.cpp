@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "coverbs/coverbs.hpp"
+#include "test_address.hpp"
 
 extern char** environ;
 
@@ -91,12 +92,6 @@ class child {
   int output_fd_ = -1;
 };
 
-std::string vm_ip() {
-  const char* ip = std::getenv("COVERBS_VM_IP");
-  BOOST_REQUIRE_MESSAGE(ip != nullptr, "COVERBS_VM_IP is unset: run through test/rdma-launcher");
-  return ip;
-}
-
 bool all_zero(std::span<const std::byte> bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; });
 }
@@ -155,7 +150,7 @@ BOOST_AUTO_TEST_CASE(our_client_against_rdma_server) {
   child server({"/usr/bin/rdma_server", "-p", port});
   std::memcpy(mem.data() + 16, "coverbs->server!", 16);
   auto exchange = [&]() -> asio::awaitable<void> {
-    const tcp::endpoint remote(asio::ip::make_address(vm_ip()), static_cast<unsigned short>(std::stoi(port)));
+    const tcp::endpoint remote(coverbs::test::rdma_address(), static_cast<unsigned short>(std::stoi(port)));
     // The server may not listen yet (starting it in the VM can take seconds): a refusal comes
     // back at once, so try again shortly, for a while.
     const auto give_up = std::chrono::steady_clock::now() + 20s;
@@ -202,7 +197,7 @@ BOOST_AUTO_TEST_CASE(rdma_client_against_our_server) {
   listener.bind({asio::ip::address_v4::any(), 0});
   listener.listen();
   child client(
-      {"/usr/bin/rdma_client", "-s", vm_ip(), "-p", std::to_string(listener.local_endpoint().port())});
+      {"/usr/bin/rdma_client", "-s", coverbs::test::rdma_address().to_string(), "-p", std::to_string(listener.local_endpoint().port())});
   std::memcpy(mem.data() + 16, "server->client!!", 16);
   auto serve = [&]() -> asio::awaitable<void> {
     cm::id conn = co_await listener.async_get_request(use_awaitable);

@@ -1,0 +1,31 @@
+// Where tests listen and connect. Inside the Soft-RoCE test bed, $COVERBS_VM_IP is the rxe
+// device's address (rdma_cm cannot use 127.0.0.1 there); this is the one place it is read.
+#pragma once
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <optional>
+
+namespace coverbs::test {
+
+/// The test bed's RDMA device address, if the test runs in it (or on a machine that names one).
+inline std::optional<boost::asio::ip::address> device_address() {
+  const char* ip = std::getenv("COVERBS_VM_IP");
+  if (ip == nullptr) return std::nullopt;
+  return boost::asio::ip::make_address(ip);
+}
+
+/// An address an RDMA test must use: the device's; fails the test where there is none.
+inline boost::asio::ip::address rdma_address() {
+  auto a = device_address();
+  BOOST_REQUIRE_MESSAGE(a.has_value(), "COVERBS_VM_IP is unset: run through test/rdma-launcher");
+  return *a;
+}
+
+/// The address of tests that run on either transport: the device's in the test bed, else loopback.
+inline boost::asio::ip::address test_address() {
+  return device_address().value_or(boost::asio::ip::address_v4::loopback());
+}
+
+}  // namespace coverbs::test
