@@ -1,0 +1,103 @@
+// The coverbs half of the benchmarks: sockets and acceptors made from the command line's
+// transport and polling mode, and messages that keep their boundaries.
+#pragma once
+
+#include <boost/asio/ip/address.hpp>
+#include <coverbs/coverbs.hpp>
+
+#include "patterns.hpp"
+
+namespace bench {
+
+/// Messages as a coverbs program sends them: async_send/async_receive keep the boundaries.
+struct socket_messages {
+  static awaitable<std::size_t> send(coverbs::socket& s, asio::const_buffer b) {
+    co_return co_await s.async_send(b, use_awaitable);
+  }
+  static awaitable<std::size_t> receive(coverbs::socket& s, asio::mutable_buffer b) {
+    auto [ec, n] = co_await s.async_receive(b, asio::as_tuple(use_awaitable));
+    if (ec && ec != asio::error::eof) throw boost::system::system_error(ec);
+    co_return ec ? 0 : n;  // 0: the peer has gone
+  }
+};
+
+inline std::string_view mode_name(coverbs::polling_mode m) {
+  switch (m) {
+    case coverbs::polling_mode::busy: return "busy";
+    case coverbs::polling_mode::adaptive: return "adaptive";
+    case coverbs::polling_mode::event: break;
+  }
+  return "event";
+}
+
+/// The transport and polling modes a coverbs benchmark runs with.
+struct network {
+  coverbs::transport kind = coverbs::transport::tcp;
+  asio::ip::address address = asio::ip::make_address("127.0.0.1");
+  std::vector<coverbs::polling_mode> modes{coverbs::polling_mode::event};
+
+  std::string_view transport_name() const { return kind == coverbs::transport::rdma ? "rdma" : "tcp"; }
+  /// Polling modes only change RDMA completions; over TCP the name is "-".
+  std::string_view mode_label(coverbs::polling_mode m) const {
+    return kind == coverbs::transport::rdma ? mode_name(m) : "-";
+  }
+  /// TCP has one mode: running the others would only repeat the same case.
+  std::vector<coverbs::polling_mode> effective_modes() const {
+    if (kind == coverbs::transport::tcp) return {coverbs::polling_mode::event};
+    return modes;
+  }
+  coverbs::socket_options options(coverbs::polling_mode m) const { return {.kind = kind, .mode = m}; }
+
+  /// Runs one case between coverbs sockets in polling mode `m`.
+  template <class Serve, class Client>
+  void run(shared_state& state, coverbs::polling_mode m, std::size_t connections, Serve serve,
+           Client client) const {
+    const auto opts = options(m);
+    const asio::ip::tcp::endpoint at(address, 0);
+    run_pair<coverbs::socket>(
+        state, connections, [&](asio::io_context& io) { return coverbs::acceptor(io, at, opts); },
+        [&](asio::io_context& io) { return coverbs::socket(io, opts); }, serve, client);
+  }
+
+  /// Parses --transport, --address and --modes; false when `arg` is none of them.
+  bool parse(std::string_view arg, arguments& args) {
+    if (arg == "--transport") {
+      const auto v = args.value();
+      if (v == "rdma") {
+        kind = coverbs::transport::rdma;
+      } else if (v == "tcp") {
+        kind = coverbs::transport::tcp;
+      } else {
+        args.bad_value("rdma or tcp");
+      }
+    } else if (arg == "--address") {
+      boost::system::error_code ec;
+      address = asio::ip::make_address(std::string(args.value()), ec);
+      if (ec) args.bad_value("a numeric IPv4 or IPv6 address");
+    } else if (arg == "--modes") {
+      modes.clear();
+      for (auto m : split(args.value())) {
+        if (m == "event") {
+          modes.push_back(coverbs::polling_mode::event);
+        } else if (m == "busy") {
+          modes.push_back(coverbs::polling_mode::busy);
+        } else if (m == "adaptive") {
+          modes.push_back(coverbs::polling_mode::adaptive);
+        } else {
+          args.bad_value("a comma-separated list of event, busy, adaptive");
+        }
+      }
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+
+constexpr std::string_view network_usage =
+    "  --transport T   rdma or tcp (default tcp); RDMA needs --address of an RDMA device\n"
+    "  --address A     where the server listens and the client connects (default 127.0.0.1)\n"
+    "  --modes LIST    RDMA completion polling modes, comma-separated: event, busy, adaptive\n"
+    "                  (default event); over TCP there is no polling mode and this is ignored\n";
+
+}  // namespace bench

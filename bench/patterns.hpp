@@ -1,0 +1,236 @@
+// The message patterns every benchmark runs, written once as templates over the socket type,
+// so coverbs::socket and asio::ip::tcp::socket execute exactly the same coroutine code and a
+// difference in the figures is the socket's. Only Asio headers here: the plain-Asio baseline
+// includes this too.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <exception>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+
+namespace bench {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+
+/// Fixed-size messages over a byte stream, the way a plain Asio program frames them when both
+/// sides know the size.
+struct stream_messages {
+  template <class Socket>
+  static awaitable<std::size_t> send(Socket& s, asio::const_buffer b) {
+    co_return co_await asio::async_write(s, b, use_awaitable);
+  }
+  template <class Socket>
+  static awaitable<std::size_t> receive(Socket& s, asio::mutable_buffer b) {
+    auto [ec, n] = co_await asio::async_read(s, b, asio::as_tuple(use_awaitable));
+    if (ec && ec != asio::error::eof) throw boost::system::system_error(ec);
+    co_return ec ? 0 : n;  // 0: the peer has gone
+  }
+};
+
+/// What the two sides of a run share: results flow from the server thread to the main one.
+struct shared_state {
+  std::mutex mutex;
+  std::exception_ptr error;
+  clock_type::time_point start;         ///< set before the clients start
+  std::atomic<std::size_t> pending{0};  ///< stream: receivers still short of their bytes
+  std::atomic<clock_type::rep> end{0};  ///< stream: when the last receiver had everything
+  void fail(std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    if (!error) error = e;
+  }
+};
+
+/// Runs one case: a server thread accepts `connections` connections and runs `serve` on each;
+/// this thread connects them all, notes the start time, then runs `client` on each. Each side
+/// has its own io_context and thread, like two processes (and like perftest's two sides).
+/// The first failure on either side stops both (the other would wait for ever) and is
+/// rethrown here.
+template <class Socket, class MakeAcceptor, class MakeSocket, class Serve, class Client>
+void run_pair(shared_state& state, std::size_t connections, MakeAcceptor make_acceptor,
+              MakeSocket make_socket, Serve serve, Client client) {
+  asio::io_context server_io, client_io;  // outlive every socket, which are made inside
+  auto fail = [&](std::exception_ptr e) {
+    state.fail(e);
+    server_io.stop();
+    client_io.stop();
+  };
+  auto on_error = [&fail](std::exception_ptr e) {
+    if (e) fail(e);
+  };
+  std::promise<typename Socket::endpoint_type> listening;
+  std::thread server([&] {
+    try {
+      auto acceptor = make_acceptor(server_io);
+      listening.set_value(acceptor.local_endpoint());
+      std::vector<std::unique_ptr<Socket>> live;  // outlives the sessions: io.run() ends first
+      asio::co_spawn(
+          server_io,
+          [&]() -> awaitable<void> {
+            for (std::size_t i = 0; i < connections; ++i) {
+              live.push_back(std::make_unique<Socket>(co_await acceptor.async_accept(use_awaitable)));
+              asio::co_spawn(server_io, serve(*live.back(), i), on_error);
+            }
+            acceptor.close();
+          },
+          on_error);
+      server_io.run();
+    } catch (...) {
+      fail(std::current_exception());
+      try {
+        listening.set_exception(std::current_exception());
+      } catch (const std::future_error&) {  // already listening: the error is recorded
+      }
+    }
+  });
+  try {
+    const auto endpoint = listening.get_future().get();
+    std::vector<std::unique_ptr<Socket>> sockets;
+    for (std::size_t i = 0; i < connections; ++i) {
+      sockets.push_back(std::make_unique<Socket>(make_socket(client_io)));
+    }
+    asio::co_spawn(
+        client_io,
+        [&]() -> awaitable<void> {
+          for (auto& s : sockets) co_await s->async_connect(endpoint, use_awaitable);
+          state.start = clock_type::now();
+          for (std::size_t i = 0; i < connections; ++i) {
+            asio::co_spawn(client_io, client(*sockets[i], i), on_error);
+          }
+        },
+        on_error);
+    client_io.run();
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  server.join();
+  if (state.error) std::rethrow_exception(state.error);
+}
+
+/// Ping-pong: the client sends a message and waits for the same size back, `warmup + count`
+/// times; samples are half round trips in µs, as perftest's latency tests report them.
+template <class Messages>
+struct pingpong {
+  std::size_t size, warmup, count;
+  std::vector<double> samples;
+  double allocations_per_trip = 0;  ///< both sides, measured iterations only
+
+  template <class Socket>
+  awaitable<void> serve(Socket& s, std::size_t) {
+    std::vector<std::byte> buffer(size);
+    for (;;) {
+      const std::size_t n = co_await Messages::receive(s, asio::buffer(buffer));
+      if (n == 0) break;
+      co_await Messages::send(s, asio::buffer(buffer.data(), n));
+    }
+    s.close();
+  }
+
+  template <class Socket>
+  awaitable<void> client(Socket& s, std::size_t) {
+    std::vector<std::byte> out(size, std::byte{0x5a}), in(size);
+    samples.reserve(count);
+    std::size_t allocated = 0;
+    for (std::size_t i = 0; i < warmup + count; ++i) {
+      if (i == warmup) allocated = allocations.load();
+      const auto t0 = clock_type::now();
+      co_await Messages::send(s, asio::buffer(out));
+      if (co_await Messages::receive(s, asio::buffer(in)) != size) throw std::runtime_error("short reply");
+      if (i >= warmup) samples.push_back(micros(clock_type::now() - t0) / 2);
+    }
+    allocations_per_trip = static_cast<double>(allocations.load() - allocated) / static_cast<double>(count);
+    s.close();
+  }
+};
+
+/// Streaming: each client writes `bytes` with asio::async_write calls of `size` bytes; each
+/// server reads them with async_read_some. The clock runs from the start (all connected)
+/// until the last server has all its bytes.
+struct stream {
+  std::size_t size, bytes;
+  shared_state* state;
+
+  template <class Socket>
+  awaitable<void> serve(Socket& s, std::size_t) {
+    std::vector<std::byte> buffer(std::max<std::size_t>(size, 64 * 1024));
+    std::size_t got = 0;
+    while (got < bytes) {
+      got += co_await s.async_read_some(asio::buffer(buffer), use_awaitable);
+    }
+    if (state->pending.fetch_sub(1) == 1) state->end = clock_type::now().time_since_epoch().count();
+    // Wait for the client's end of stream, so neither side aborts the other.
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(buffer), asio::as_tuple(use_awaitable));
+    if (!ec) throw std::runtime_error("stream: more bytes than were sent");
+    s.close();
+  }
+
+  template <class Socket>
+  awaitable<void> client(Socket& s, std::size_t) {
+    std::vector<std::byte> data(size, std::byte{0xa5});
+    for (std::size_t sent = 0; sent < bytes;) {
+      sent += co_await asio::async_write(s, asio::buffer(data.data(), std::min(size, bytes - sent)),
+                                         use_awaitable);
+    }
+    s.shutdown(asio::socket_base::shutdown_send);
+    std::byte b;
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(&b, 1), asio::as_tuple(use_awaitable));
+    if (ec != asio::error::eof) throw std::runtime_error("stream: the server did not end cleanly");
+    s.close();
+  }
+};
+
+/// Echo: each client does `count` round trips of `size` bytes (write, then read it all
+/// back); the server echoes whatever it reads, as a typical Asio echo server does. Samples
+/// are whole round trips in µs; the rate counts all connections from the start.
+struct echo {
+  std::size_t size, warmup, count;
+  std::mutex mutex;
+  std::vector<double> samples;
+  clock_type::time_point end;
+
+  template <class Socket>
+  awaitable<void> serve(Socket& s, std::size_t) {
+    std::vector<std::byte> buffer(64 * 1024);
+    for (;;) {
+      auto [ec, n] = co_await s.async_read_some(asio::buffer(buffer), asio::as_tuple(use_awaitable));
+      if (ec) break;
+      co_await asio::async_write(s, asio::buffer(buffer.data(), n), use_awaitable);
+    }
+    s.close();
+  }
+
+  template <class Socket>
+  awaitable<void> client(Socket& s, std::size_t) {
+    std::vector<std::byte> out(size, std::byte{0x3c}), in(size);
+    std::vector<double> mine;
+    mine.reserve(count);
+    for (std::size_t i = 0; i < warmup + count; ++i) {
+      const auto t0 = clock_type::now();
+      co_await asio::async_write(s, asio::buffer(out), use_awaitable);
+      co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+      if (i >= warmup) mine.push_back(micros(clock_type::now() - t0));
+    }
+    s.close();
+    std::lock_guard lock(mutex);  // the clients share a thread; the lock is for the reader
+    samples.insert(samples.end(), mine.begin(), mine.end());
+    end = clock_type::now();
+  }
+};
+
+}  // namespace bench

@@ -1,0 +1,155 @@
+// pingpong_bench: message round trips between two coverbs sockets (async_send/async_receive),
+// and the latency of one-sided RDMA READ and WRITE on a socket, in each polling mode.
+#include <boost/asio/ip/address.hpp>
+#include <iostream>
+
+#include "alloc_counter.hpp"
+#include "coverbs_side.hpp"
+
+namespace {
+
+using namespace bench;
+namespace verbs = coverbs::verbs;
+
+constexpr std::string_view program = "pingpong_bench";
+constexpr std::string_view usage_head =
+    "usage: pingpong_bench [--transport rdma|tcp] [--address A] [--modes LIST] [--sizes LIST]\n"
+    "                      [--ops LIST] [--iterations N] [--warmup N] [--quick]\n"
+    "Latency between two coverbs sockets in one process (a server thread and a client thread,\n"
+    "each with its own io_context). Prints a table and, for bench/run, lines\n"
+    "'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,1,METRIC,VALUE' with p50_us, p99_us, p999_us, and\n"
+    "for ping-pong allocs_per_rt: operator new calls per round trip, both sides together.\n";
+constexpr std::string_view usage_tail =
+    "  --sizes LIST    message sizes in bytes, K and M allowed (default 64,4K,64K)\n"
+    "  --ops LIST      send: message ping-pong, half a round trip per sample, as ib_send_lat;\n"
+    "                  read, write: one-sided RDMA READ/WRITE on the socket, post to completion\n"
+    "                  per sample (default send)\n"
+    "  --iterations N  measured samples per case (default 1000)\n"
+    "  --warmup N      unmeasured samples first (default 50)\n"
+    "  --quick         20 samples, 2 of warm-up: only checks that every case runs\n";
+
+struct options {
+  network net;
+  std::vector<std::size_t> sizes{64, 4096, 65536};
+  std::vector<std::string_view> ops{"send"};
+  std::size_t iterations = 1000, warmup = 50;
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  arguments args(program, argc, argv);
+  while (args.next()) {
+    const auto arg = args.current();
+    if (arg == "--help" || arg == "-h") {
+      std::cout << usage_head << network_usage << usage_tail;
+      std::exit(0);
+    } else if (o.net.parse(arg, args)) {
+    } else if (arg == "--sizes") {
+      o.sizes = args.sizes_value(1, 64 * 1024);
+    } else if (arg == "--ops") {
+      o.ops = split(args.value());
+      for (auto op : o.ops) {
+        if (op != "send" && op != "read" && op != "write")
+          args.bad_value("a comma-separated list of send, read, write");
+      }
+    } else if (arg == "--iterations") {
+      o.iterations = args.number_value(1, 100'000'000);
+    } else if (arg == "--warmup") {
+      o.warmup = args.number_value(0, 100'000'000);
+    } else if (arg == "--quick") {
+      o.iterations = 20;
+      o.warmup = 2;
+    } else {
+      usage_error(program, "unknown option '" + std::string(arg) + "'");
+    }
+  }
+  return o;
+}
+
+/// One-sided latency: the server registers memory and sends its descriptor as a message; the
+/// client then times `count` READs (or WRITEs) of `size` bytes from (to) it, one at a time.
+struct one_sided {
+  bool read;
+  std::size_t size, warmup, count;
+  std::vector<double> samples;
+
+  awaitable<void> serve(coverbs::socket& s, std::size_t) {
+    std::vector<std::byte> memory(size);
+    auto reg = s.register_memory(memory, verbs::access::remote_read | verbs::access::remote_write);
+    const auto wire = reg.remote().serialize();
+    co_await s.async_send(asio::buffer(wire), use_awaitable);
+    std::byte b[1];  // the client's close ends this wait
+    co_await s.async_receive(asio::buffer(b), asio::as_tuple(use_awaitable));
+    s.close();
+  }
+
+  awaitable<void> client(coverbs::socket& s, std::size_t) {
+    std::array<std::byte, coverbs::remote_buffer::wire_size> wire;
+    co_await s.async_receive(asio::buffer(wire), use_awaitable);
+    coverbs::remote_buffer remote;
+    if (auto ec = coverbs::remote_buffer::parse(wire, remote)) throw std::system_error(ec);
+    std::vector<std::byte> memory(size);
+    auto reg = s.register_memory(memory, verbs::access::none);
+    const auto local = reg.slice(0, size);
+    samples.reserve(count);
+    for (std::size_t i = 0; i < warmup + count; ++i) {
+      const auto t0 = clock_type::now();
+      if (read) {
+        co_await s.async_read(local, remote, use_awaitable);
+      } else {
+        co_await s.async_write(local, remote, use_awaitable);
+      }
+      if (i >= warmup) samples.push_back(micros(clock_type::now() - t0));
+    }
+    s.close();
+  }
+};
+
+void report(const case_id& c, std::vector<double>& samples) {
+  emit_latency(c, samples);
+  std::printf("%-6s %-5s %-8s %7zu B  p50 %10.1f  p99 %10.1f  p99.9 %10.1f us\n",
+              std::string(c.bench).c_str(), std::string(c.transport).c_str(), std::string(c.mode).c_str(),
+              c.size, percentile(samples, 0.5), percentile(samples, 0.99), percentile(samples, 0.999));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  try {
+    for (auto op : o.ops) {
+      if (op != "send" && o.net.kind != coverbs::transport::rdma) {
+        usage_error(program, "--ops read and write are measured over RDMA only");
+      }
+      for (auto mode : o.net.effective_modes()) {
+        for (std::size_t size : o.sizes) {
+          shared_state state;
+          std::vector<double> samples;
+          std::optional<double> allocs;
+          if (op == "send") {
+            pingpong<socket_messages> p{size, o.warmup, o.iterations, {}};
+            o.net.run(
+                state, mode, 1, [&](coverbs::socket& s, std::size_t i) { return p.serve(s, i); },
+                [&](coverbs::socket& s, std::size_t i) { return p.client(s, i); });
+            samples = std::move(p.samples);
+            allocs = p.allocations_per_trip;
+          } else {
+            one_sided p{op == "read", size, o.warmup, o.iterations, {}};
+            o.net.run(
+                state, mode, 1, [&](coverbs::socket& s, std::size_t i) { return p.serve(s, i); },
+                [&](coverbs::socket& s, std::size_t i) { return p.client(s, i); });
+            samples = std::move(p.samples);
+          }
+          const std::string_view bench = op == "send" ? "pingpong" : op;
+          const case_id c{bench, "coverbs", o.net.transport_name(), o.net.mode_label(mode), size, 1};
+          report(c, samples);
+          if (allocs) emit(c, "allocs_per_rt", *allocs);
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << std::endl;
+    return 1;
+  }
+}
