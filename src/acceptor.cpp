@@ -63,6 +63,9 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
   void close() {
     closed_ = true;
     cancel();
+    // Connections nobody took yet are closed, not just dropped: their pending receives keep
+    // them alive, and their clients would wait for ever.
+    for (auto& c : ready_) c.stream->close();
     ready_.clear();
     if (tcp_) {
       error_code ignored;
@@ -76,6 +79,20 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
   std::optional<cm::id> rdma_;
 
  private:
+  // A place among the connections the acceptor keeps open, held by the connection until its
+  // socket closes; null when the limit is reached.
+  std::shared_ptr<void> admit() {
+    struct place {
+      explicit place(std::shared_ptr<std::size_t> count) : open(std::move(count)) { ++*open; }
+      place(const place&) = delete;
+      place& operator=(const place&) = delete;
+      ~place() { --*open; }
+      std::shared_ptr<std::size_t> open;
+    };
+    if (options_.max_connections != 0 && *open_ >= options_.max_connections) return nullptr;
+    return std::make_shared<place>(open_);
+  }
+
   void fail(accept_handler handler, error_code ec) {
     asio::post(executor_, [h = std::move(handler), ec]() mutable { std::move(h)(ec, connection{}); });
   }
@@ -109,14 +126,23 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
       if (self->closed_) return;
       if (ec) {
         self->listener_failed(ec);
-      } else {
+      } else if (auto token = self->admit()) {
         error_code ignored;
         const auto local = s.local_endpoint(ignored), remote = s.remote_endpoint(ignored);
         auto stream = std::make_shared<tcp_stream>(std::move(s), self->options_.buffer_size);
+        stream->keep_until_closed(std::move(token));
         stream->start();
         self->deliver({stream, local, remote, transport::tcp});
+      } else {
+        // Over the limit. The kernel has completed the client's connect already, so reset the
+        // connection before any hello: the client's stream reports connection_refused.
+        error_code ignored;
+        s.set_option(asio::socket_base::linger(true, 0), ignored);
+        s.close(ignored);
       }
-      if (!self->waiters_.empty()) self->accept_tcp();
+      // deliver() may have run a waiter that asked for the next connection and so re-armed
+      // the listener already; a second accept would stay queued for ever, one more each time.
+      if (!self->waiters_.empty() && !self->tcp_running_) self->accept_tcp();
     });
   }
 
@@ -130,7 +156,7 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
       } else {
         self->accept_request(std::move(request));
       }
-      if (!self->waiters_.empty()) self->accept_rdma();
+      if (!self->waiters_.empty() && !self->rdma_running_) self->accept_rdma();
     });
   }
 
@@ -138,9 +164,10 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
   // the application's accept, which waits for the next good connection.
   void accept_request(cm::id request) {
     stream_geometry peer{};
-    if (parse_handshake(request.peer_private_data(), peer)) {
+    auto token = admit();
+    if (!token || parse_handshake(request.peer_private_data(), peer)) {
       error_code ignored;
-      request.reject({}, ignored);
+      request.reject({}, ignored);  // the client's connect fails with connection_refused
       return;
     }
     std::shared_ptr<rdma_stream> stream;
@@ -149,11 +176,13 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
     } catch (const std::exception&) {
       return;  // the id is gone with its resources, which rejects the request
     }
+    stream->keep_until_closed(std::move(token));
     auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
     const auto hello = encode_handshake(local_geometry(options_));
     res.id.async_accept(hello, [self = shared_from_this(), stream, peer](error_code ec) {
       if (ec || self->closed_) {
         stream->close();
+        stream->keep_until_closed(nullptr);
         return;
       }
       self->deliver(finish_rdma_connection(stream, peer));
@@ -164,6 +193,7 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
   socket_options options_;
   std::deque<accept_handler> waiters_;
   std::deque<connection> ready_;
+  std::shared_ptr<std::size_t> open_ = std::make_shared<std::size_t>(0);  ///< connections holding a place
   bool tcp_running_ = false, rdma_running_ = false, closed_ = false;
 };
 

@@ -70,7 +70,7 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, socket_opt
   asio::ip::tcp::socket s(co_await asio::this_coro::executor);
   co_await s.async_connect(peer, asio::use_awaitable);
   const auto local = s.local_endpoint(), remote = s.remote_endpoint();
-  auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size);
+  auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
   stream->start();
   co_return connection{stream, local, remote, transport::tcp};
 }

@@ -1,6 +1,7 @@
 #include "coverbs/socket.hpp"
 
 #include <boost/system/system_error.hpp>
+#include <system_error>
 
 namespace coverbs {
 namespace {
@@ -30,23 +31,40 @@ void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, e
                     endpoint_type remote) {
   close();
   impl_ = std::move(impl);
+  impl_->set_limits(options_.max_outstanding_operations, options_.max_registered_bytes);
   in_use_ = kind;
   local_ = local;
   remote_ = remote;
 }
 
-registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights) {
-  if (!impl_) throw boost::system::system_error(boost::asio::error::bad_descriptor, "register_memory");
+registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec) {
   registered_memory r;
-  r.handle_ = impl_->register_memory(memory, rights | verbs::access::local_write, r.lkey_, r.remote_);
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return r;
+  }
+  try {
+    r.handle_ = impl_->register_counted(memory, rights | verbs::access::local_write, r.lkey_, r.remote_, ec);
+  } catch (const std::system_error& e) {  // the device's refusal, e.g. ENOMEM past RLIMIT_MEMLOCK
+    ec = e.code();
+  }
+  if (ec) return registered_memory();
   r.owner_ = impl_;
   r.memory_ = memory;
+  return r;
+}
+
+registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights) {
+  error_code ec;
+  registered_memory r = register_memory(memory, rights, ec);
+  throw_if(ec, "register_memory");
   return r;
 }
 
 void socket::close() {
   if (impl_) {
     impl_->close();
+    impl_->keep_until_closed(nullptr);
     impl_.reset();
   }
   in_use_ = transport::automatic;

@@ -1,13 +1,112 @@
 #include "coverbs/detail/stream_core.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 
 namespace coverbs::detail {
 
+// A slot among a connection's one-sided operations, given back when the operation's handler
+// runs or, should it never run, when the handler is destroyed.
+class operation_slot {
+ public:
+  explicit operation_slot(std::shared_ptr<std::size_t> count) noexcept : count_(std::move(count)) {
+    ++*count_;
+  }
+  operation_slot(operation_slot&&) noexcept = default;
+  operation_slot& operator=(operation_slot&&) = delete;
+  ~operation_slot() { release(); }
+  void release() noexcept {
+    if (count_) --*count_;
+    count_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::size_t> count_;
+};
+
+template <class Handler>
+struct counted_handler {
+  Handler handler;
+  operation_slot slot;
+
+  template <class... Args>
+  void operator()(Args... args) {
+    slot.release();  // first, so that the handler may start the next operation
+    std::move(handler)(std::move(args)...);
+  }
+};
+
+}  // namespace coverbs::detail
+
+namespace boost::asio {
+
+// The wrapped handler keeps the user's executor, allocator and cancellation slot.
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct associator<Associator, coverbs::detail::counted_handler<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(
+      const coverbs::detail::counted_handler<Handler>& h) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.handler);
+  }
+  static auto get(const coverbs::detail::counted_handler<Handler>& h, const DefaultCandidate& c) noexcept
+      -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+    return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+  }
+};
+
+}  // namespace boost::asio
+
+namespace coverbs::detail {
+
 namespace error = boost::asio::error;
+
+void stream_core::set_limits(std::size_t max_outstanding_operations,
+                             std::size_t max_registered_bytes) noexcept {
+  max_outstanding_ = max_outstanding_operations;
+  max_registered_ = max_registered_bytes;
+  if (max_outstanding_ != 0 && !outstanding_) outstanding_ = std::make_shared<std::size_t>(0);
+}
+
+void stream_core::start_transfer(const one_sided_request& request, size_handler handler) {
+  if (max_outstanding_ == 0) return transfer(request, std::move(handler));
+  if (*outstanding_ >= max_outstanding_) {
+    return complete(handler, make_error_code(errc::too_many_operations), 0, true);
+  }
+  transfer(request,
+           size_handler(counted_handler<size_handler>{std::move(handler), operation_slot(outstanding_)}));
+}
+
+void stream_core::start_atomic(const one_sided_request& request, value_handler handler) {
+  if (max_outstanding_ == 0) return atomic(request, std::move(handler));
+  if (*outstanding_ >= max_outstanding_) {
+    const error_code ec = make_error_code(errc::too_many_operations);
+    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, std::uint64_t{0}));
+    return;
+  }
+  atomic(request,
+         value_handler(counted_handler<value_handler>{std::move(handler), operation_slot(outstanding_)}));
+}
+
+std::uint32_t stream_core::register_counted(std::span<std::byte> memory, verbs::access rights,
+                                            std::uint32_t& lkey, remote_buffer& remote, error_code& ec) {
+  ec = {};
+  if (max_registered_ != 0 &&
+      (registered_ > max_registered_ || memory.size() > max_registered_ - registered_)) {
+    ec = make_error_code(errc::registration_limit);
+    return 0;
+  }
+  const std::uint32_t handle = register_memory(memory, rights, lkey, remote);
+  registered_ += memory.size();
+  return handle;
+}
+
+void stream_core::deregister_counted(std::uint32_t handle, std::size_t size) noexcept {
+  registered_ -= size;
+  deregister_memory(handle);
+}
 
 template <class Pending>
 void stream_core::watch(Pending& pending, op which) {
@@ -32,6 +131,13 @@ void stream_core::complete(size_handler& handler, error_code ec, std::size_t n, 
 error_code stream_core::read_error() const {
   if (failure_) return *failure_;
   return error::eof;
+}
+
+// Writes into a failed connection see broken_pipe, as on a TCP socket, unless it was closed
+// here or never established.
+error_code stream_core::write_error() const {
+  if (*failure_ == error::operation_aborted || *failure_ == error::connection_refused) return *failure_;
+  return error::broken_pipe;
 }
 
 void stream_core::read_some(const mutable_buffer_list& buffers, size_handler handler) {
@@ -116,7 +222,7 @@ void stream_core::serve_write(bool defer) {
   if (sending_shut_) {
     ec = error::broken_pipe;
   } else if (failure_) {
-    ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
+    ec = write_error();
   } else if (!write_->buffers.empty()) {
     n = transmit(write_->buffers, false);
     if (n == 0) return;  // no credit or buffer now; capacity_available() retries
@@ -141,7 +247,7 @@ void stream_core::serve_send(bool defer) {
   if (sending_shut_) {
     ec = error::broken_pipe;
   } else if (failure_) {
-    ec = *failure_ == error::operation_aborted ? *failure_ : error_code(error::broken_pipe);
+    ec = write_error();
   } else if (transmit(send_->buffers, true) == 0) {  // transports return at least 1 when they took it
     return;
   }

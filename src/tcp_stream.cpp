@@ -60,10 +60,11 @@ void complete_on(const boost::asio::any_io_executor& ex, Handler& handler, error
 }
 }  // namespace
 
-tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message)
+tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message, bool connecting)
     : stream_core(socket.get_executor()),
       socket_(std::move(socket)),
-      max_message_(std::min<std::size_t>(max_message, wire::max_payload_size)) {
+      max_message_(std::min<std::size_t>(max_message, wire::max_payload_size)),
+      connecting_(connecting) {
   socket_.set_option(boost::asio::ip::tcp::no_delay(true));
 }
 
@@ -432,7 +433,9 @@ void tcp_stream::on_written(error_code ec) {
   outgoing_.pop_front();
   if (closed_ || ec) {
     writing_ = false;
-    if (!closed_) connection_lost(error::broken_pipe);
+    // The peer is gone (a write fails on a reset connection): reads report that, and writes
+    // still get broken_pipe from stream_core, as on a TCP socket.
+    if (!closed_) connection_lost(error::connection_reset);
     return;
   }
   write_next();
@@ -497,6 +500,7 @@ void tcp_stream::protocol_error() { fail(malformed(), malformed(), malformed(), 
 // The connection ended without a failing close: requests still unanswered never will be, as
 // when an RC requester's peer stops answering.
 void tcp_stream::connection_lost(error_code ec) {
+  if (connecting_ && limit_ == 0) ec = error::connection_refused;  // see the constructor
   const error_code timed_out = make_error_code(wc_errc::retry_exceeded);
   fail(ec, timed_out, timed_out, frame_status::ok);
 }

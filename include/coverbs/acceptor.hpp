@@ -20,7 +20,9 @@ void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler han
 /// Listens on an address and port and yields connected sockets, like
 /// `boost::asio::ip::tcp::acceptor`. With `transport::automatic` (the default) it listens
 /// with rdma_cm and with TCP on the same port number, so RDMA and TCP clients are served by
-/// one acceptor; `transport::rdma` or `transport::tcp` listen on one only.
+/// one acceptor; `transport::rdma` or `transport::tcp` listen on one only. With
+/// `socket_options::max_connections` it keeps at most that many connections open and turns
+/// further clients away at once (they see `connection_refused`) while it goes on serving.
 class acceptor {
  public:
   using executor_type = boost::asio::any_io_executor;

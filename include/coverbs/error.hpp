@@ -47,6 +47,8 @@ enum class errc {
   not_connected,          ///< the queue pair is not ready to send
   unsupported_operation,  ///< the transport cannot carry this operation
   malformed_frame,        ///< a TCP-fallback frame from a peer breaks the wire protocol
+  too_many_operations,    ///< the connection holds `socket_options::max_outstanding_operations` already
+  registration_limit,     ///< registering would pass `socket_options::max_registered_bytes`
 };
 
 /// The category of `wc_errc`: messages name the verbs status, conditions map to `std::errc`.

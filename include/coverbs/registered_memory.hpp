@@ -26,7 +26,7 @@ class registered_memory {
   }
   /// Deregisters (if the connection is still there).
   ~registered_memory() {
-    if (auto owner = owner_.lock()) owner->deregister_memory(handle_);
+    if (auto owner = owner_.lock()) owner->deregister_counted(handle_, memory_.size());
   }
 
   /// The registered bytes.

@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <type_traits>
 
@@ -38,6 +39,21 @@ struct socket_options {
   std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
   std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
   std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
+
+  // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.
+  /// One-sided operations (reads, writes, atomics) a connection holds at once, queued or on the
+  /// wire. Below it, operations beyond the queue depth wait for a slot; at it, a new one
+  /// completes with `errc::too_many_operations` and starts nothing.
+  std::size_t max_outstanding_operations = 0;
+  /// Bytes `register_memory` may hold registered on a connection at once (local buffers
+  /// included); past it `register_memory` fails with `errc::registration_limit`.
+  std::size_t max_registered_bytes = 0;
+  /// Acceptor only: connections it has accepted and the application has not closed yet. One
+  /// more is turned away at once: an RDMA client's connect fails with `connection_refused`;
+  /// over TCP the kernel has completed the client's connect already, so the connection is
+  /// reset and the client's reads and writes end with `connection_refused`. The acceptor goes
+  /// on serving, and a place frees when a socket it produced is closed.
+  std::size_t max_connections = 0;
 };
 
 /// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
@@ -151,12 +167,17 @@ class socket {
 
   /// Registers `memory` so the peer can reach it through this connection with `rights`
   /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
-  /// `bad_descriptor` when not open.
+  /// `bad_descriptor` when not open, `errc::registration_limit` past
+  /// `options().max_registered_bytes`.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
+  /// As above, reporting through `ec`; on failure the result registers nothing.
+  registered_memory register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec);
 
   /// RDMA READ of `local.size` bytes from the start of `remote` into `local` (a slice of this
   /// socket's registered memory). Completion: `void(error_code, std::size_t)`. A wrong key,
-  /// bounds or rights give `wc_errc::remote_access` on both transports.
+  /// bounds or rights give `wc_errc::remote_access` on both transports. More operations than
+  /// the queue holds wait for a slot; past `options().max_outstanding_operations` one-sided
+  /// operations complete with `errc::too_many_operations`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_read(const verbs::local_buffer& local, const remote_buffer& remote,
                   CompletionToken&& token = detail::default_socket_token()) {
@@ -241,7 +262,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          impl->transfer(request, detail::size_handler(std::move(handler)));
+          impl->start_transfer(request, detail::size_handler(std::move(handler)));
         },
         token, impl_, executor_, request);
   }
@@ -251,7 +272,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::uint64_t{0});
-          impl->atomic(request, detail::value_handler(std::move(handler)));
+          impl->start_atomic(request, detail::value_handler(std::move(handler)));
         },
         token, impl_, executor_, request);
   }

@@ -40,4 +40,14 @@ BOOST_AUTO_TEST_CASE(library_errors_have_messages_and_conditions) {
   BOOST_TEST((coverbs::make_error_code(coverbs::errc::bad_descriptor) == std::errc::bad_message));
 }
 
+BOOST_AUTO_TEST_CASE(limit_errors_say_which_limit) {
+  // What a caller retries (an operation slot frees) differs from what it must not (memory).
+  const auto ops = coverbs::make_error_code(coverbs::errc::too_many_operations);
+  BOOST_TEST(ops.message() == "too many operations outstanding on this connection");
+  BOOST_TEST((ops == std::errc::resource_unavailable_try_again));
+  const auto memory = coverbs::make_error_code(coverbs::errc::registration_limit);
+  BOOST_TEST(memory.message() == "the connection's registered memory limit would be exceeded");
+  BOOST_TEST((memory == std::errc::not_enough_memory));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -9,6 +9,7 @@
 #include <boost/asio/async_result.hpp>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 
 #include "coverbs/detail/buffer_list.hpp"
@@ -74,6 +75,22 @@ class stream_core {
   /// Ends a registration made by `register_memory`.
   virtual void deregister_memory(std::uint32_t handle) noexcept = 0;
 
+  /// The socket's limits (socket_options; 0: none).
+  void set_limits(std::size_t max_outstanding_operations, std::size_t max_registered_bytes) noexcept;
+  /// `transfer`, unless the connection holds its limit of one-sided operations already: then
+  /// the handler gets `errc::too_many_operations` (posted) and nothing starts.
+  void start_transfer(const one_sided_request& request, size_handler handler);
+  /// `atomic`, under the same limit as `start_transfer`.
+  void start_atomic(const one_sided_request& request, value_handler handler);
+  /// `register_memory`, counted against the registered-bytes limit; past it, `ec` is
+  /// `errc::registration_limit` and nothing is registered.
+  std::uint32_t register_counted(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
+                                 remote_buffer& remote, error_code& ec);
+  /// Ends a registration made by `register_counted` of `size` bytes.
+  void deregister_counted(std::uint32_t handle, std::size_t size) noexcept;
+  /// Keeps `token` until the socket is closed (an acceptor counts its open connections so).
+  void keep_until_closed(std::shared_ptr<void> token) noexcept { open_token_ = std::move(token); }
+
   /// No more sends from this side: the peer reads eof after what was sent, and later writes
   /// and sends end with broken_pipe, as on a TCP socket.
   void shutdown_sending();
@@ -128,6 +145,7 @@ class stream_core {
   template <class Pending>
   void watch(Pending& pending, op which);
   error_code read_error() const;
+  error_code write_error() const;
   void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
@@ -141,6 +159,10 @@ class stream_core {
   std::optional<pending_write> write_, send_;
   std::deque<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
+  std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;
+  /// One-sided operations not yet completed; shared with their handlers, which may outlive this.
+  std::shared_ptr<std::size_t> outstanding_;
+  std::shared_ptr<void> open_token_;
 };
 
 }  // namespace coverbs::detail

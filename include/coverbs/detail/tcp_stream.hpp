@@ -21,8 +21,10 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// initiator depth); a responder holding this many unsent responses stops reading.
   static constexpr std::uint32_t max_unanswered = 16;
 
-  /// Takes a connected socket; `max_message` bounds the messages this side sends.
-  tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message);
+  /// Takes a connected socket; `max_message` bounds the messages this side sends. On the side
+  /// that `connecting`, a connection that ends before the peer's hello was refused: operations
+  /// end with connection_refused (an acceptor at its limit resets connections so).
+  tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message, bool connecting = false);
   ~tcp_stream() override;
 
   /// Sends hello and starts reading frames.
@@ -118,6 +120,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool stream_ended_ = false;  ///< this side sent close(ok)
   bool peer_ended_ = false;    ///< the peer sent close(ok)
   bool failure_sent_ = false;  ///< this side sent a failing close
+  bool connecting_ = false;    ///< this side connected; the other accepted
   std::deque<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t outgoing_bytes_ = 0;

@@ -1,0 +1,325 @@
+// Fault and pressure bodies shared by both transports, over real connections (acceptor and
+// connect): a side closing while one-sided operations are in flight, a slow reader, queues
+// filled far beyond their depth, and an acceptor closed with a connection nobody took.
+#pragma once
+
+#include <iostream>
+#include <optional>
+
+#include "completion_log.hpp"
+#include "connected_pair.hpp"
+#include "one_sided_tests.hpp"
+#include "resource_usage.hpp"
+
+namespace coverbs::test {
+
+/// When a side closes in `close_during_one_sided`.
+enum class close_point {
+  at_once,     ///< right after the operations started: many are queued or on the wire
+  in_handler,  ///< inside the tenth one's handler (over Soft-RoCE all may be done by then)
+};
+
+/// `ops` mixed one-sided operations of 64 KiB (more than the RDMA send queue holds, so some
+/// wait for a slot) go from a to b, and one side closes. Every operation completes, in the
+/// order started: successes with the right result, then only errors.
+inline void close_during_one_sided(transport kind, bool requester_closes, close_point when,
+                                   std::chrono::seconds limit) {
+  connected_pair p(kind);
+  constexpr std::size_t ops = 400, size = 64 * 1024;
+  guarded_region target(p.b, ops * size + 8, all_remote_rights);  // the operations' slots, then a counter
+  for (std::size_t i = 0; i < ops * size; ++i) target.region()[i] = static_cast<std::byte>(i % 249);
+  target.set_word(ops * size, 0);
+  const auto counter = target.remote(ops * size, 8);
+  local_memory local(p.a, ops * size);
+  socket& closing = requester_closes ? p.a : p.b;
+  completion_log log(ops);
+  if (when == close_point::in_handler) {
+    log.after_each = [&] {
+      if (log.order.size() == 10) closing.close();
+    };
+  }
+  for (std::size_t i = 0; i < ops; ++i) {
+    const auto mine = local.slice(i * size, size);
+    switch (i % 3) {
+      case 0: p.a.async_read(mine, target.remote(i * size, size), log.handler(i)); break;
+      case 1: p.a.async_write(mine, target.remote(i * size, size), log.handler(i)); break;
+      default: p.a.async_fetch_add(local.slice(i * size, 8), counter, 1, log.handler(i)); break;
+    }
+  }
+  if (when == close_point::at_once) closing.close();
+  run_until_done(
+      p.io, [&] { return log.all_done(); }, limit);
+
+  std::vector<std::size_t> in_order(ops);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  BOOST_TEST(log.order == in_order, boost::test_tools::per_element());
+  std::size_t succeeded = 0;
+  while (succeeded < ops && !log.results[succeeded].ec) ++succeeded;
+  std::cout << (requester_closes ? "requester" : "responder")
+            << (when == close_point::at_once ? " closed at once: " : " closed in a handler: ") << succeeded
+            << " of " << ops << " operations succeeded, the rest ended with "
+            << log.results[ops - 1].ec.message() << std::endl;
+  if (when == close_point::at_once) BOOST_TEST(succeeded < ops);  // some were queued at the close
+  if (when == close_point::in_handler) BOOST_TEST(succeeded >= 10u);
+  std::uint64_t adds = 0;
+  for (std::size_t i = 0; i < ops; ++i) {
+    const outcome& o = log.results[i];
+    BOOST_TEST_CONTEXT("operation " << i) {
+      if (i >= succeeded) {
+        BOOST_TEST(
+            (o.ec == make_error_code(wc_errc::flushed) || o.ec == make_error_code(wc_errc::retry_exceeded) ||
+             (requester_closes && o.ec == asio::error::operation_aborted)),
+            o.ec.message());
+        continue;
+      }
+      if (i % 3 == 0) {
+        BOOST_TEST(o.value == size);
+        for (std::size_t j = 0; j < size; ++j) {
+          if (local.bytes[i * size + j] != static_cast<std::byte>((i * size + j) % 249)) {
+            BOOST_ERROR("read " << i << " brought wrong bytes");
+            break;
+          }
+        }
+      } else if (i % 3 == 2) {
+        BOOST_TEST(o.value == adds++);  // the atomics took effect once each, in order
+      }
+    }
+  }
+  BOOST_TEST(target.guards_untouched());
+  if (!requester_closes) {  // the connection has failed: a new operation ends at once
+    outcome later;
+    p.a.async_read(local.slice(0, 64), target.remote(0, 64), record(later));
+    run_until_done(
+        p.io, [&] { return later.done; }, limit);
+    BOOST_TEST((later.ec == make_error_code(wc_errc::flushed)), later.ec.message());
+  }
+}
+
+/// How the slow reader test runs on a transport: the reader takes at most `read_size` bytes,
+/// then pauses, so it is slower than the transport; `total` is several times `ahead_limit`.
+struct slow_reader_setup {
+  socket_options options;
+  std::size_t total, ahead_limit, read_size;
+  std::chrono::milliseconds pause;
+};
+
+/// A writer far faster than its reader: its writes wait (none fails), the bytes it is ahead
+/// stay under `ahead_limit` while it writes `total` bytes, resident memory grows by less than
+/// `ahead_limit`, and the reader gets every byte in order.
+inline void slow_reader_holds_the_writer_back(transport kind, const slow_reader_setup& setup,
+                                              std::chrono::seconds limit) {
+  const std::size_t total = setup.total, ahead_limit = setup.ahead_limit;
+  const auto pause = setup.pause;
+  connected_pair p(kind, setup.options);
+  const std::size_t baseline_kib = rss_kib();
+  std::size_t written = 0, read = 0, most_ahead = 0, peak_kib = baseline_kib;
+  auto longest_write = std::chrono::steady_clock::duration::zero();
+  bool corrupt = false;
+  auto byte_at = [](std::size_t offset) {
+    return static_cast<std::byte>((offset * 7 + offset / 4096) % 253);
+  };
+  const auto started = std::chrono::steady_clock::now();
+  run_coroutine(
+      p.io,
+      [&]() -> asio::awaitable<void> {
+        auto writer = [&]() -> asio::awaitable<void> {
+          std::vector<std::byte> chunk(256 * 1024);
+          while (written < total) {
+            for (std::size_t i = 0; i < chunk.size(); ++i) chunk[i] = byte_at(written + i);
+            const auto t = std::chrono::steady_clock::now();
+            written += co_await asio::async_write(p.a, asio::buffer(chunk), asio::use_awaitable);
+            longest_write = std::max(longest_write, std::chrono::steady_clock::now() - t);
+            most_ahead = std::max(most_ahead, written - read);
+          }
+        };
+        auto reader = [&]() -> asio::awaitable<void> {
+          std::vector<std::byte> buffer(setup.read_size);
+          asio::steady_timer timer(p.io);
+          while (read < total) {
+            const std::size_t n = co_await p.b.async_read_some(asio::buffer(buffer), asio::use_awaitable);
+            for (std::size_t i = 0; i < n; ++i) corrupt |= buffer[i] != byte_at(read + i);
+            read += n;
+            peak_kib = std::max(peak_kib, rss_kib());
+            timer.expires_after(pause);
+            co_await timer.async_wait(asio::use_awaitable);
+          }
+        };
+        co_await (writer() && reader());
+      },
+      limit);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "slow reader: " << total / (1 << 20) << " MiB in " << seconds << " s; the writer was at most "
+            << most_ahead / 1024 << " KiB ahead, waited up to "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(longest_write).count()
+            << " ms in one write; rss +" << peak_kib - baseline_kib << " KiB" << std::endl;
+  BOOST_TEST(read == total);
+  BOOST_TEST(!corrupt);
+  BOOST_TEST(most_ahead <= ahead_limit);
+  BOOST_TEST(longest_write >= pause);  // a write waited for the reader
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // Sanitizer quarantines keep freed memory resident, so only plain builds can tell.
+  BOOST_TEST((peak_kib - baseline_kib) * 1024 <= ahead_limit);
+#endif
+}
+
+/// Sends while the peer receives nothing: they complete until the peer's pool (RDMA credits;
+/// TCP's buffers) is full, then one waits instead of failing, and completes once the peer
+/// receives. Every message arrives once, whole and in order. `pool`: the number of sends that
+/// complete before one waits, where the transport fixes it (0: not fixed).
+inline void sends_wait_for_the_receiver(transport kind, std::size_t pool, std::chrono::seconds limit) {
+  socket_options options{.receive_buffers = 8, .buffer_size = 16 * 1024};
+  connected_pair p(kind, options);
+  auto message = [](std::size_t i) {
+    return std::vector<std::byte>(4000 + i % 8000, static_cast<std::byte>(i));
+  };
+  constexpr std::size_t most = 8192;  // TCP holds about 16 MiB: ~2000 such messages
+  std::vector<std::vector<std::byte>> sent;
+  outcome waiting;
+  while (sent.size() < most) {
+    sent.push_back(message(sent.size()));
+    waiting = {};
+    p.a.async_send(asio::buffer(sent.back()), record(waiting));
+    run_until(
+        p.io, [&] { return waiting.done; }, std::chrono::seconds(1));
+    if (!waiting.done) break;
+    BOOST_REQUIRE_MESSAGE(!waiting.ec, "send " << sent.size() << ": " << waiting.ec.message());
+  }
+  std::cout << "sends: " << sent.size() - 1 << " completed before one waited for the receiver" << std::endl;
+  BOOST_REQUIRE_MESSAGE(!waiting.done, "the sender was never held back");
+  if (pool != 0) BOOST_TEST(sent.size() - 1 == pool);
+
+  std::size_t received = 0;
+  bool wrong = false;
+  run_coroutine(
+      p.io,
+      [&]() -> asio::awaitable<void> {
+        std::vector<std::byte> buffer(options.buffer_size);
+        auto check = [&](std::size_t n) {
+          wrong |= n != sent[received].size() ||
+                   !std::equal(sent[received].begin(), sent[received].end(), buffer.begin());
+          ++received;
+        };
+        while (received < sent.size())
+          check(co_await p.b.async_receive(asio::buffer(buffer), asio::use_awaitable));
+        // Then both at once, for as many again.
+        const std::size_t end = 2 * sent.size();
+        auto sender = [&]() -> asio::awaitable<void> {
+          while (sent.size() < end) {
+            sent.push_back(message(sent.size()));
+            co_await p.a.async_send(asio::buffer(sent.back()), asio::use_awaitable);
+          }
+        };
+        auto receiver = [&]() -> asio::awaitable<void> {
+          while (received < end) check(co_await p.b.async_receive(asio::buffer(buffer), asio::use_awaitable));
+        };
+        co_await (sender() && receiver());
+      },
+      limit);
+  BOOST_TEST(waiting.done);
+  BOOST_TEST(!waiting.ec, waiting.ec.message());
+  BOOST_TEST(received == sent.size());
+  BOOST_TEST(!wrong);
+}
+
+/// Far more one-sided operations at once than the queues hold (RDMA: a send queue of 70
+/// requests with this pool; TCP: 16 unanswered requests): all wait their turn, none fails,
+/// and each completes in order with its own result.
+inline void one_sided_beyond_the_queue_depth(transport kind, std::size_t ops, std::chrono::seconds limit) {
+  connected_pair p(kind, {.receive_buffers = 2});
+  constexpr std::size_t slot = 64;
+  guarded_region target(p.b, ops * slot + 8, all_remote_rights);
+  target.set_word(ops * slot, 0);
+  local_memory local(p.a, 2 * ops * slot);
+  for (std::size_t i = 0; i < ops * slot; ++i) local.bytes[i] = static_cast<std::byte>(i / slot + i);
+  const auto counter = target.remote(ops * slot, 8);
+  completion_log writes(ops), reads(ops);
+  for (std::size_t i = 0; i < ops; ++i) {
+    if (i % 2 == 0) {
+      p.a.async_write(local.slice(i * slot, slot), target.remote(i * slot, slot), writes.handler(i));
+    } else {
+      p.a.async_fetch_add(local.slice(i * slot, 8), counter, 1, writes.handler(i));
+    }
+  }
+  run_until_done(
+      p.io, [&] { return writes.all_done(); }, limit);
+  for (std::size_t i = 0; i < ops; ++i) {
+    p.a.async_read(local.slice((ops + i) * slot, slot), target.remote(i * slot, slot), reads.handler(i));
+  }
+  run_until_done(
+      p.io, [&] { return reads.all_done(); }, limit);
+
+  std::vector<std::size_t> in_order(ops);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  BOOST_TEST(writes.order == in_order, boost::test_tools::per_element());
+  BOOST_TEST(reads.order == in_order, boost::test_tools::per_element());
+  std::size_t failed = 0, wrong = 0;
+  for (std::size_t i = 0; i < ops; ++i) {
+    failed += writes.results[i].ec || reads.results[i].ec;
+    const std::uint64_t expected = i % 2 == 0 ? slot : i / 2;  // each fetch-and-add saw the ones before
+    wrong += writes.results[i].value != expected;
+    if (i % 2 == 0) {
+      wrong += !std::equal(local.bytes.begin() + i * slot, local.bytes.begin() + (i + 1) * slot,
+                           local.bytes.begin() + (ops + i) * slot);
+    }
+  }
+  BOOST_TEST(failed == 0u);
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST(target.word(ops * slot) == ops / 2);
+  BOOST_TEST(target.guards_untouched());
+}
+
+/// A connection that arrived after the application stopped waiting is kept for the next
+/// accept; closing the acceptor instead must close it, so its client learns (end of stream)
+/// rather than waiting for ever.
+inline void closing_the_acceptor_closes_untaken_connections(transport kind, std::chrono::seconds limit) {
+  asio::io_context io;
+  socket_options options{.kind = kind};
+  std::optional<acceptor> server;
+  server.emplace(io, asio::ip::tcp::endpoint(test_address(), 0), options);
+  outcome cancelled, connected, ended;
+  server->async_accept([&](error_code ec, socket) { cancelled = {true, ec, 0}; });
+  server->cancel();  // the listener stays armed and takes the next connection anyway
+  socket client(io, options);
+  client.async_connect(server->local_endpoint(), [&](error_code ec) { connected = {true, ec, 0}; });
+  run_until_done(
+      io, [&] { return cancelled.done && connected.done; }, limit);
+  BOOST_TEST((cancelled.ec == asio::error::operation_aborted), cancelled.ec.message());
+  BOOST_REQUIRE_MESSAGE(!connected.ec, connected.ec.message());
+  // The client's connect can complete before the acceptor has taken the connection (TCP: the
+  // kernel's backlog; closing the listener would refuse it): give the acceptor time to.
+  io.restart();
+  io.run_for(std::chrono::milliseconds(500));
+  std::array<char, 8> buffer{};
+  client.async_read_some(asio::buffer(buffer), record(ended));
+  server.reset();
+  run_until_done(
+      io, [&] { return ended.done; }, limit);
+  BOOST_TEST((ended.ec == asio::error::eof), ended.ec.message());
+}
+
+}  // namespace coverbs::test
+
+/// Registers the bodies above and the peer kill of peer_kill_tests.hpp for `kind`; `limit`
+/// bounds every wait. Each transport adds its own slow_reader case: its speeds differ.
+#define COVERBS_FAULT_TEST_CASES(kind, limit)                                                          \
+  BOOST_AUTO_TEST_CASE(peer_killed_mid_stream) {                                                       \
+    coverbs::test::peer_killed_mid_stream(kind, limit);                                                \
+  }                                                                                                    \
+  COVERBS_CLOSE_DURING_ONE_SIDED(kind, limit, responder, false, at_once)                               \
+  COVERBS_CLOSE_DURING_ONE_SIDED(kind, limit, responder, false, in_handler)                            \
+  COVERBS_CLOSE_DURING_ONE_SIDED(kind, limit, requester, true, at_once)                                \
+  COVERBS_CLOSE_DURING_ONE_SIDED(kind, limit, requester, true, in_handler)                             \
+  BOOST_AUTO_TEST_CASE(sends_wait_for_the_receiver) {                                                  \
+    coverbs::test::sends_wait_for_the_receiver(kind, kind == coverbs::transport::rdma ? 8 : 0, limit); \
+  }                                                                                                    \
+  BOOST_AUTO_TEST_CASE(one_sided_beyond_the_queue_depth) {                                             \
+    coverbs::test::one_sided_beyond_the_queue_depth(kind, 2000, limit);                                \
+  }                                                                                                    \
+  BOOST_AUTO_TEST_CASE(closing_the_acceptor_closes_untaken_connections) {                              \
+    coverbs::test::closing_the_acceptor_closes_untaken_connections(kind, limit);                       \
+  }
+
+#define COVERBS_CLOSE_DURING_ONE_SIDED(kind, limit, who, requester, when)                            \
+  BOOST_AUTO_TEST_CASE(who##_closes_##when##_during_one_sided) {                                     \
+    coverbs::test::close_during_one_sided(kind, requester, coverbs::test::close_point::when, limit); \
+  }
