@@ -47,8 +47,10 @@ tc -s qdisc show dev eth0
 exit \$rc
 JOB
 
+# The guest mounts a fresh /tmp: a build under /tmp (a CI clone) must be shared explicitly.
+programs_dirs="$(dirname "$server"):$(dirname "$client")"
 vm() {  # vm NAME IP LOCAL_PORT REMOTE_PORT: runs NAME-job in a VM, output in NAME.log
-    (cd "$work" && COVERBS_VM_MEM=768 COVERBS_VM_TIMEOUT=480 COVERBS_VM_LINK="$3:$4" \
+    (cd "$work" && COVERBS_VM_RW="$programs_dirs" COVERBS_VM_MEM=768 COVERBS_VM_TIMEOUT=480 COVERBS_VM_LINK="$3:$4" \
         COVERBS_VM_KARGS="coverbs.netdev=eth0 coverbs.ip=$2/24" \
         "$run_vm" bash "$work/$1-job" >"$work/$1.log" 2>&1)
 }
