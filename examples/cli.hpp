@@ -2,7 +2,9 @@
 // same way: a message naming the program, a pointer to --help, exit status 2.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/system/system_error.hpp>
 #include <charconv>
 #include <coverbs/socket.hpp>
@@ -82,5 +84,29 @@ class arguments {
   char** argv_;
   int i_ = 0;
 };
+
+/// A server program's main after parsing: constructs `Server(io, opt)` (a failure there is
+/// "cannot listen on ..."), calls `start()`, runs the context until it stops, and returns the
+/// exit status: 1 if construction or the run failed, or if `failed()` says so.
+template <class Server, class Options>
+int run_server(std::string_view program, const Options& opt) {
+  try {
+    boost::asio::io_context io;
+    std::optional<Server> s;
+    try {
+      s.emplace(io, opt);
+    } catch (const std::exception& e) {
+      std::cerr << program << ": cannot listen on " << boost::asio::ip::tcp::endpoint(opt.listen, opt.port)
+                << " (" << name(opt.kind) << "): " << describe(e) << "\n";
+      return 1;
+    }
+    s->start();
+    io.run();
+    return s->failed() ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << describe(e) << "\n";
+    return 1;
+  }
+}
 
 }  // namespace cli

@@ -178,22 +178,5 @@ class server {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options opt = parse(argc, argv);
-  try {
-    asio::io_context io;
-    std::optional<server> s;
-    try {
-      s.emplace(io, opt);
-    } catch (const std::exception& e) {
-      std::cerr << program << ": cannot listen on " << asio::ip::tcp::endpoint(opt.listen, opt.port) << " ("
-                << cli::name(opt.kind) << "): " << cli::describe(e) << "\n";
-      return 1;
-    }
-    s->start();
-    io.run();
-    return s->failed() ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::cerr << program << ": " << e.what() << "\n";
-    return 1;
-  }
+  return cli::run_server<server>(program, parse(argc, argv));
 }
