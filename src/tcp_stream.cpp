@@ -25,6 +25,9 @@ constexpr std::size_t max_spare_frames = 4;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
+// The stream ended inside a frame: the peer went away while writing (killed, crashed), which
+// is not an orderly end, and not a malformed frame either.
+const error_code truncated = error::connection_reset;
 
 bool is_atomic(kind k) { return k == kind::fetch_add || k == kind::compare_swap; }
 
@@ -98,7 +101,7 @@ void tcp_stream::resume_reading() {
 void tcp_stream::on_header(error_code ec, std::size_t n) {
   reading_ = false;
   if (closed_ || broken_) return;
-  if (ec == error::eof && n > 0) return protocol_error();  // the stream ended inside a header
+  if (ec == error::eof && n > 0) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
   if (wire::decode_header(header_bytes_, header_, limit) || check_sequence()) return protocol_error();
@@ -153,7 +156,7 @@ void tcp_stream::read_payload() {
 void tcp_stream::on_payload(error_code ec) {
   reading_ = false;
   if (closed_ || broken_) return;
-  if (ec == error::eof) return protocol_error();  // the stream ended inside a payload
+  if (ec == error::eof) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   handle_frame();
 }
