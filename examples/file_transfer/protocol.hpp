@@ -1,0 +1,214 @@
+// The file-transfer protocol's control messages. Each travels as one coverbs message
+// (socket::async_send), so it arrives whole or not at all; file data never travels in them.
+//
+//   send (client is the sender)          fetch (server is the sender)
+//   client -> put(name, size)            client -> get(name)
+//                                        server -> file(size)       or error(reason)
+//   receiver -> ready(window)            or error(reason)
+//   sender   -> data: RDMA WRITE with immediate into a free window slot (on both transports)
+//   receiver -> credit(slot)             after writing that slot to the file
+//   sender   -> done(sha256)
+//   receiver -> ok                       once the file has its final name, or error(reason)
+//
+// An error before the data starts refuses that request only; one during the data ends the
+// connection (the side that saw it sends error, then closes).
+#pragma once
+
+#include <array>
+#include <coverbs/remote_buffer.hpp>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ft {
+
+using digest = std::array<std::uint8_t, 32>;
+
+enum class type : std::uint8_t { put = 1, get, file, ready, credit, done, ok, error };
+
+/// Where the receiver wants the data: `slots` slots of `slot_size` bytes at `where`.
+struct window {
+  std::uint32_t slots = 0;
+  std::uint32_t slot_size = 0;
+  coverbs::remote_buffer where;
+};
+
+struct message {
+  type kind = type::ok;
+  std::uint64_t size = 0;           ///< put, file
+  std::string text;                 ///< put, get: the file name; error: the reason
+  window area;                      ///< ready
+  std::vector<std::uint8_t> slots;  ///< credit
+  digest sum{};                     ///< done
+};
+
+/// Builders, one per type (designated initializers would leave fields uninitialized).
+namespace msg {
+inline message with(type kind) {
+  message m;
+  m.kind = kind;
+  return m;
+}
+inline message put(const std::string& name, std::uint64_t size) {
+  message m = with(type::put);
+  m.text = name;
+  m.size = size;
+  return m;
+}
+inline message get(const std::string& name) {
+  message m = with(type::get);
+  m.text = name;
+  return m;
+}
+inline message file(std::uint64_t size) {
+  message m = with(type::file);
+  m.size = size;
+  return m;
+}
+inline message ready(const window& area) {
+  message m = with(type::ready);
+  m.area = area;
+  return m;
+}
+inline message credit(std::uint8_t slot) {
+  message m = with(type::credit);
+  m.slots = {slot};
+  return m;
+}
+inline message done(const digest& sum) {
+  message m = with(type::done);
+  m.sum = sum;
+  return m;
+}
+inline message ok() {
+  return with(type::ok);
+}
+inline message error(const std::string& text) {
+  message m = with(type::error);
+  m.text = text;
+  return m;
+}
+}  // namespace msg
+
+constexpr std::size_t max_name = 255;  // NAME_MAX
+constexpr std::size_t max_text = 1000;
+constexpr std::uint32_t max_slots = 128;           // 7 bits of the immediate
+constexpr std::uint32_t max_slot_size = 16 << 20;  // below 2^25: the other 25 bits
+
+/// The immediate of a WRITE that filled `bytes` of window slot `slot`.
+constexpr std::uint32_t immediate(std::uint32_t slot, std::uint32_t bytes) {
+  return slot << 25 | bytes;
+}
+constexpr std::uint32_t slot_of(std::uint32_t imm) {
+  return imm >> 25;
+}
+constexpr std::uint32_t bytes_of(std::uint32_t imm) {
+  return imm & ((1u << 25) - 1);
+}
+
+/// A name the server accepts: one plain path component. No '/' (nothing outside its
+/// directory), no leading '.' (no "..", no hidden files, and never a transfer's own
+/// temporary file), no NUL, at most NAME_MAX bytes.
+inline bool valid_name(std::string_view name) {
+  return !name.empty() && name.size() <= max_name && name.front() != '.' &&
+         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+}
+
+namespace wire {
+inline void put(std::vector<std::byte>& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>(value >> (8 * i)));
+}
+inline std::uint64_t get(std::span<const std::byte> in, std::size_t at, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= std::to_integer<std::uint64_t>(in[at + i]) << (8 * i);
+  return value;
+}
+}  // namespace wire
+
+inline std::vector<std::byte> encode(const message& m) {
+  std::vector<std::byte> out{static_cast<std::byte>(m.kind)};
+  auto text = [&] {
+    for (char c : m.text) out.push_back(static_cast<std::byte>(c));
+  };
+  switch (m.kind) {
+    case type::put:
+      wire::put(out, m.size, 8);
+      text();
+      break;
+    case type::get: text(); break;
+    case type::file: wire::put(out, m.size, 8); break;
+    case type::ready: {
+      wire::put(out, m.area.slots, 4);
+      wire::put(out, m.area.slot_size, 4);
+      const auto d = m.area.where.serialize();
+      out.insert(out.end(), d.begin(), d.end());
+      break;
+    }
+    case type::credit:
+      for (auto s : m.slots) out.push_back(std::byte{s});
+      break;
+    case type::done:
+      for (auto b : m.sum) out.push_back(std::byte{b});
+      break;
+    case type::ok: break;
+    case type::error: text(); break;
+  }
+  return out;
+}
+
+/// Nothing when the bytes are not a well-formed message: a peer that sends one is broken.
+inline std::optional<message> decode(std::span<const std::byte> in) {
+  if (in.empty()) return {};
+  message m;
+  m.kind = static_cast<type>(in[0]);
+  const auto rest = in.subspan(1);
+  auto text = [&](std::size_t from, std::size_t limit) {
+    if (rest.size() - from > limit) return false;
+    m.text.assign(reinterpret_cast<const char*>(rest.data() + from), rest.size() - from);
+    return true;
+  };
+  switch (m.kind) {
+    case type::put:
+      if (rest.size() < 8) return {};
+      m.size = wire::get(rest, 0, 8);
+      if (!text(8, max_name)) return {};
+      return m;
+    case type::get:
+      if (!text(0, max_name)) return {};
+      return m;
+    case type::file:
+      if (rest.size() != 8) return {};
+      m.size = wire::get(rest, 0, 8);
+      return m;
+    case type::ready: {
+      if (rest.size() != 8 + coverbs::remote_buffer::wire_size) return {};
+      m.area.slots = static_cast<std::uint32_t>(wire::get(rest, 0, 4));
+      m.area.slot_size = static_cast<std::uint32_t>(wire::get(rest, 4, 4));
+      if (m.area.slots == 0 || m.area.slots > max_slots) return {};
+      if (m.area.slot_size == 0 || m.area.slot_size > max_slot_size) return {};
+      if (coverbs::remote_buffer::parse(rest.subspan(8), m.area.where)) return {};
+      if (m.area.where.length < std::uint64_t{m.area.slots} * m.area.slot_size) return {};
+      return m;
+    }
+    case type::credit:
+      if (rest.empty()) return {};
+      for (auto b : rest) m.slots.push_back(std::to_integer<std::uint8_t>(b));
+      return m;
+    case type::done:
+      if (rest.size() != m.sum.size()) return {};
+      for (std::size_t i = 0; i < m.sum.size(); ++i) m.sum[i] = std::to_integer<std::uint8_t>(rest[i]);
+      return m;
+    case type::ok:
+      if (!rest.empty()) return {};
+      return m;
+    case type::error:
+      if (!text(0, max_text)) return {};
+      return m;
+  }
+  return {};
+}
+
+}  // namespace ft

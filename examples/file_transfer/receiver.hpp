@@ -1,0 +1,83 @@
+// The receiving half of a connection's data path: offers a window of registered slots, and
+// for each WRITE with immediate that lands in one, hashes the slot, writes it to the file
+// through io_uring and credits the slot back to the sender.
+//
+// One code path for both transports. Over TCP the socket carries the WRITEs in frames, and
+// that cost no more than plain stream bytes (asio::async_write on the socket, async_read on
+// the other side), measured on 256 MiB, 8 interleaved runs of each path, 2-core machine: the
+// CPU time of both programs together was, median, 1.38 s (send) and 1.23 s (fetch) with the
+// window against 1.34 s and 1.39 s with the stream, and wall times differed less than they
+// varied from run to run. The window also keeps the sender reading the receiver's messages as
+// it goes, so a receiver's failure (a full disk) stops it within a window, where stream bytes
+// would run on into the TCP buffers.
+#pragma once
+
+#include <boost/asio/random_access_file.hpp>
+#include <boost/asio/write_at.hpp>
+#include <coverbs/registered_memory.hpp>
+#include <vector>
+
+#include "channel.hpp"
+#include "progress.hpp"
+#include "sha256.hpp"
+
+namespace ft {
+
+class receiver {
+ public:
+  /// A window of `slots` slots of `slot_size` bytes, registered on first use.
+  receiver(channel& ch, std::uint32_t slots, std::uint32_t slot_size)
+      : ch_(ch), slots_(slots), slot_size_(slot_size) {}
+
+  /// What the ready message offers: the window, registered on first use.
+  window offer() {
+    if (memory_.empty()) {
+      memory_.resize(std::size_t{slots_} * slot_size_);
+      registration_ = ch_.socket().register_memory(memory_, coverbs::verbs::access::remote_write);
+    }
+    return {slots_, slot_size_, registration_.remote()};
+  }
+
+  /// Receives `size` bytes into `file` (called `name` in errors), then the sender's digest,
+  /// which must match. Returns it; throws transfer_error (origin local: tell the sender).
+  asio::awaitable<digest> receive(asio::random_access_file& file, std::uint64_t size, const std::string& name,
+                                  const progress_fn& progress) {
+    sha256 hash;
+    std::uint64_t got = 0;
+    while (got < size) {
+      auto [ec, imm] = co_await ch_.socket().async_receive_immediate(asio::as_tuple(asio::use_awaitable));
+      if (ec) co_await ch_.failed(ec);
+      const std::uint32_t slot = slot_of(imm), n = bytes_of(imm);
+      if (slot >= slots_ || n == 0 || n > slot_size_ || n > size - got) {
+        throw transfer_error(transfer_error::origin::local,
+                             "the " + ch_.peer() + " wrote outside the window");
+      }
+      const std::span data(memory_.data() + std::size_t{slot} * slot_size_, n);
+      ch_.activity();
+      hash.update(data);
+      auto [wec, w] = co_await asio::async_write_at(file, got, asio::buffer(data.data(), data.size()),
+                                                    asio::as_tuple(asio::use_awaitable));
+      if (wec)
+        throw transfer_error(transfer_error::origin::local, "cannot write " + name + ": " + wec.message());
+      got += data.size();
+      progress(got);
+      // The last slot needs no credit: the sender waits for the verdict next.
+      if (got < size) co_await ch_.send(msg::credit(static_cast<std::uint8_t>(slot)));
+    }
+    const message done = co_await ch_.expect(type::done);
+    const digest sum = hash.finish();
+    if (done.sum != sum) {
+      throw transfer_error(transfer_error::origin::local, "SHA-256 mismatch for " + name + ": sent " +
+                                                              hex(done.sum) + ", received " + hex(sum));
+    }
+    co_return sum;
+  }
+
+ private:
+  channel& ch_;
+  std::uint32_t slots_, slot_size_;
+  std::vector<std::byte> memory_;
+  coverbs::registered_memory registration_;  // after `memory_`: deregistered before it is freed
+};
+
+}  // namespace ft

@@ -1,0 +1,255 @@
+#!/bin/bash
+# Runs file_server and file_client the way a user does: separate processes, real files, real
+# sockets; checks exit codes, messages, SHA-256 sums and what is left in the directories.
+# Prints one line per check; exits non-zero if any failed.
+# Usage: file_transfer_test.sh tcp|rdma FILE_SERVER FILE_CLIENT [MIB]
+#   tcp:  on 127.0.0.1, client forced to TCP, a 256 MiB file (default); every check
+#   rdma: on $COVERBS_VM_IP, client forced to RDMA, a 64 MiB file (run it through test/rdma-launcher);
+#         the checks that involve the transport, as each process costs seconds in the emulated VM
+# shellcheck disable=SC2016,SC2034,SC2317 # check's conditions are quoted to be evaluated later
+set -uo pipefail
+[ $# = 3 ] || [ $# = 4 ] || { sed -n '2,9s/^# //p' "$0" >&2; exit 2; }
+mode=$1 server=$2 client=$3
+case $mode in
+    tcp) addr=127.0.0.1 mib=${4:-256} ;;
+    rdma) addr=${COVERBS_VM_IP:?"needs COVERBS_VM_IP: run it through test/rdma-launcher"} mib=${4:-64} ;;
+    *) echo "unknown mode '$mode'" >&2; exit 2 ;;
+esac
+# The VM emulates AVX2 slowly (TCG): OpenSSL's SHA-256 runs about twice as fast without it.
+[ "${COVERBS_VM:-0}" != 1 ] || export OPENSSL_ia32cap=":~0x20"
+tcp() { [ "$mode" = tcp ]; }
+work=$(mktemp -d)
+chmod 755 "$work"  # the permission checks run programs as nobody
+pids=()
+# shellcheck disable=SC2317 # runs from the EXIT trap
+cleanup() {
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    chmod -R u+rwx "$work" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+failed=0 start=$SECONDS
+
+last=${EPOCHREALTIME/./}
+stamp() {  # sets took: the time since the previous check, in seconds with one decimal
+    local now=${EPOCHREALTIME/./}
+    local d=$(((now - last) / 100000))
+    last=$now took="$((d / 10)).$((d % 10)) s"
+}
+pass() { stamp; echo "PASS $1 ($took)"; }
+fail() { stamp; echo "FAIL $1 ($took)"; [ ! -s "$work/out" ] || sed 's/^/    | /' "$work/out" | tail -20; failed=1; }
+check() { if eval "$2"; then pass "$1"; else fail "$1"; fi; }  # check DESCRIPTION SHELL-CONDITION
+
+# expect RC DESCRIPTION PATTERN CMD...: CMD exits with RC (within 120 s) and prints PATTERN.
+expect() {
+    local want=$1 what=$2 pattern=$3; shift 3
+    timeout -k 5 120 "$@" >"$work/out" 2>&1
+    local rc=$?
+    if [ $rc != "$want" ]; then fail "$what: exit $rc, expected $want"; else out_has "$pattern" "$what"; fi
+}
+out_has() { if grep -Eq -- "$1" "$work/out"; then pass "$2"; else fail "$2: no line matching '$1'"; fi; }
+
+# Programs run as nobody for the permission checks: root would read and write anything.
+as_user=()
+[ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
+
+# start_server DIR [ARGS...]: sets server_pid, port and log, once the server says where it listens.
+start_server() {
+    local dir=$1; shift
+    log=$work/server-$RANDOM.log
+    "$@" "$server" --dir "$dir" --listen "$addr" --port 0 >"$log" 2>&1 &
+    server_pid=$! port=
+    pids+=("$server_pid")
+    for _ in $(seq 600); do
+        port=$(sed -n 's/^file_server: listening on .*:\([0-9]*\) (.*$/\1/p' "$log" 2>/dev/null)
+        if [ -n "$port" ] || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cp "$log" "$work/out"; fail "server did not report its port"; exit 1; }
+    to_server=("$client" --connect "$addr" --port "$port" --transport "$mode")
+}
+
+# wait_for FILE PATTERN: until FILE has a line matching PATTERN (60 s at most).
+wait_for() {
+    for _ in $(seq 600); do grep -sEq -- "$2" "$1" && return 0; sleep 0.1; done
+    return 1
+}
+# finish PID: sets rc to PID's exit status once it ends, or to "hung" (and kills it) after 60 s.
+finish() {
+    for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; wait "$1" 2>/dev/null; rc=hung; return; fi
+    wait "$1" 2>/dev/null
+    rc=$?
+}
+names() { find "$1" -mindepth 1 -maxdepth 1 -printf '%f\n'; }  # names DIR: hidden ones too
+# only_files DIR NAMES...: DIR holds exactly these names (hidden ones included).
+only_files() {
+    local dir=$1; shift
+    [ "$(names "$dir" | sort | tr '\n' ' ')" = "$(printf '%s\n' "$@" | sed '/^$/d' | sort | tr '\n' ' ')" ]
+}
+sum() { sha256sum "$1" | cut -d' ' -f1; }
+
+if tcp; then
+    echo "== command line"
+    expect 0 "server --help" '^usage: file_server' "$server" --help
+    expect 0 "client --help" '^usage: file_client' "$client" --help
+    expect 2 "server without --dir" 'dir DIR is required' "$server" --port 0
+    expect 1 "server with a missing --dir" 'is not a directory' "$server" --dir "$work/nowhere"
+    expect 2 "server bad option" "unknown option '--bogus'" "$server" --dir "$work" --bogus
+    expect 2 "server window out of range" 'slots from 1 to 128' "$server" --dir "$work" --window 0
+    expect 2 "client without --connect" 'connect ADDR is required' "$client" send x
+    expect 2 "client without a command" 'send FILE... or fetch NAME...' "$client" --connect "$addr"
+    expect 2 "client unknown command" "unknown command 'put'" "$client" --connect "$addr" put x
+    expect 2 "client send without a file" 'send needs a FILE' "$client" --connect "$addr" send
+    expect 2 "client --as with two files" '--as goes with send and one FILE' "$client" --connect "$addr" send a b --as c
+    expect 2 "client unknown transport" 'auto, rdma or tcp' "$client" --connect "$addr" --transport udp send x
+fi
+
+echo "== a $mib MiB file over $mode"
+mkdir "$work/src" "$work/srv" "$work/dl"
+head -c "${mib}M" /dev/urandom >"$work/src/big.bin"
+want=$(sum "$work/src/big.bin")
+pass "made a random $mib MiB file"
+start_server "$work/srv"
+expect 0 "send $mib MiB" "^file_client: sent big.bin: $mib.0 MiB in .* MiB/s, sha256 $want$" \
+    "${to_server[@]}" send "$work/src/big.bin"
+out_has "^file_client: connected to .* over $mode$" "client reports $mode"
+out_has "^file_client: big.bin: [1-9]0% \(" "client shows progress lines"
+check "sha256sum of the server's copy matches" '[ "$(sum "$work/srv/big.bin")" = "$want" ]'
+check "server keeps no temporary file" 'only_files "$work/srv" big.bin'
+expect 0 "fetch $mib MiB" "^file_client: fetched big.bin: $mib.0 MiB in .* sha256 $want$" \
+    "${to_server[@]}" fetch big.bin --to "$work/dl"
+check "sha256sum of the fetched copy matches" '[ "$(sum "$work/dl/big.bin")" = "$want" ]'
+check "client keeps no temporary file" 'only_files "$work/dl" big.bin'
+cp "$log" "$work/out"
+out_has "received big.bin: $mib.0 MiB in .* sha256 $want$" "server logs the file received"
+out_has "sent big.bin: $mib.0 MiB in .* sha256 $want$" "server logs the file sent"
+
+mkdir "$work/several"
+printf 'one\n' >"$work/several/a.txt"
+: >"$work/several/empty"
+printf 'hidden\n' >"$work/several/.hidden"
+served=(big.bin)
+if tcp; then
+    expect 0 "send a directory's files" 'sent empty: 0.0 MiB' "${to_server[@]}" send "$work/several"
+    served+=(a.txt empty)
+    check "its regular files arrive, hidden ones stay" \
+        'only_files "$work/srv" "${served[@]}" && cmp -s "$work/srv/a.txt" "$work/several/a.txt"'
+fi
+
+echo "== refusals"
+expect 1 "send a missing file" 'cannot send .*/nope.bin: No such file or directory$' "${to_server[@]}" send "$work/nope.bin"
+expect 1 "send as ../escape" "cannot send .*: server: not a plain file name" \
+    "${to_server[@]}" send "$work/several/a.txt" --as ../escape
+check "nothing written outside the served directory" '[ ! -e "$work/escape" ] && only_files "$work/srv" "${served[@]}"'
+if tcp; then
+    expect 1 "fetch an unknown name" 'cannot fetch nope.bin: server: no such file: nope.bin$' \
+        "${to_server[@]}" fetch nope.bin --to "$work/dl"
+    expect 1 "fetch ../src/big.bin" 'cannot fetch ../src/big.bin: server: not a plain file name' \
+        "${to_server[@]}" fetch ../src/big.bin --to "$work/dl"
+    expect 1 "fetch /etc/passwd" 'cannot fetch /etc/passwd: server: not a plain file name' \
+        "${to_server[@]}" fetch /etc/passwd --to "$work/dl"
+    check "client fetched nothing" 'only_files "$work/dl" big.bin'
+fi
+
+echo "== permissions${as_user[*]:+ (what must be refused runs as nobody)}"
+mkdir "$work/locked"
+printf 'secret\n' >"$work/locked/secret"
+chmod 000 "$work/locked/secret"
+chmod 555 "$work/locked"
+expect 1 "send an unreadable file" 'cannot send .*/secret: Permission denied$' \
+    "${as_user[@]}" "${to_server[@]}" send "$work/locked/secret"
+expect 1 "fetch into an unwritable directory" 'cannot fetch big.bin: cannot create a file in .*: Permission denied' \
+    "${as_user[@]}" "${to_server[@]}" fetch big.bin --to "$work/locked"
+check "the fetch left nothing there" 'only_files "$work/locked" secret'
+main_pid=$server_pid main_log=$log main_to=("${to_server[@]}")
+if tcp; then
+    start_server "$work/locked" "${as_user[@]}"
+    expect 1 "send into a server directory it cannot write" 'server: cannot create a file in .*: Permission denied' \
+        "${to_server[@]}" send "$work/several/a.txt"
+    expect 1 "fetch a file the server cannot read" 'cannot fetch secret: server: cannot read secret: Permission denied' \
+        "${to_server[@]}" fetch secret --to "$work/dl"
+    kill -TERM "$server_pid"; finish "$server_pid"
+
+    echo "== full disk"
+    root=(unshare -m); [ "$(id -u)" = 0 ] || root=(unshare -rm)  # a 1 MiB tmpfs in its own mount namespace
+    mkdir "$work/tiny"
+    printf 'mount -t tmpfs -o size=1m coverbs-test "%s" && exec "$@"\n' "$work/tiny" >"$work/tiny.sh"
+    start_server "$work/tiny" "${root[@]}" sh "$work/tiny.sh"
+    expect 1 "send more than the disk holds" 'server: cannot store [0-9]+ bytes in .*: No space left on device' \
+        "${to_server[@]}" send "$work/src/big.bin"
+    kill -TERM "$server_pid"; finish "$server_pid"
+    server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
+fi
+
+echo "== interrupted transfers"
+# Each stops one side once the transfer is under way (its first progress line), so that it
+# cannot finish first.
+# The survivor's message depends on when it notices: the end of the connection, or an
+# operation that failed with it (a WRITE into a dead server's window; over TCP a frame cut
+# short, a reset connection).
+gone='(the server closed the connection|lost the connection to the server: .+)$'
+"${to_server[@]}" send "$work/src/big.bin" --as killed.bin >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'killed.bin: [0-9]+%'
+kill -STOP "$server_pid"; kill -KILL "$client_pid"; wait "$client_pid" 2>/dev/null; kill -CONT "$server_pid"
+if wait_for "$log" 'receiving killed.bin failed: '; then pass "kill -9 the sending client: server reports it"
+else cp "$log" "$work/out"; fail "kill -9 the sending client: server reports it"; fi
+check "no killed.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+
+if tcp; then
+    inode=$(stat -c %i "$work/dl/big.bin")
+    "${to_server[@]}" fetch big.bin --to "$work/dl" >"$work/client.log" 2>&1 &
+    client_pid=$! && pids+=("$client_pid")
+    wait_for "$work/client.log" 'big.bin: [0-9]+%'
+    kill -STOP "$server_pid"; kill -INT "$client_pid"
+    finish "$client_pid"; kill -CONT "$server_pid"; cp "$work/client.log" "$work/out"
+    check "SIGINT stops a fetch: exit 1" '[ "$rc" = 1 ]'
+    out_has 'cannot fetch big.bin: interrupted by SIGINT$' "client says it was interrupted"
+    check "the earlier copy stays (not replaced), no temporary file" \
+        'only_files "$work/dl" big.bin && [ "$(stat -c %i "$work/dl/big.bin")" = "$inode" ]'
+fi
+
+if kill -0 "$server_pid" 2>/dev/null; then pass "the server outlives its clients' failures"
+else wait "$server_pid"; rc=$?; cp "$log" "$work/out"; fail "the server outlives its clients' failures: exit $rc"; fi
+
+mkdir "$work/dl2"
+"${to_server[@]}" fetch big.bin --to "$work/dl2" >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'big.bin: [0-9]+%'
+kill -STOP "$client_pid"; kill -KILL "$server_pid"; wait "$server_pid" 2>/dev/null; kill -CONT "$client_pid"
+finish "$client_pid"; cp "$work/client.log" "$work/out"
+check "kill -9 the server during a fetch: client exits 1" '[ "$rc" = 1 ]'
+out_has "^file_client: cannot fetch big.bin: $gone" "client says the server went away"
+check "no fetched file, no temporary file" 'only_files "$work/dl2"'
+
+start_server "$work/srv"
+"${to_server[@]}" send "$work/src/big.bin" --as crash.bin >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'crash.bin: [0-9]+%'
+kill -STOP "$client_pid"; kill -KILL "$server_pid"; wait "$server_pid" 2>/dev/null; kill -CONT "$client_pid"
+finish "$client_pid"; cp "$work/client.log" "$work/out"
+check "kill -9 the server during a send: client exits 1" '[ "$rc" = 1 ]'
+out_has "^file_client: cannot send .*big.bin: $gone" "client says the server went away"
+# shellcheck disable=SC2046 # one word per leftover name
+check "the crashed server left no crash.bin, at most its .part file" \
+    'only_files "$work/srv" "${served[@]}" $(names "$work/srv" | grep "^\.crash\.bin\.part-")'
+
+if tcp; then
+    start_server "$work/srv"
+    "${to_server[@]}" send "$work/src/big.bin" --as stopped.bin >"$work/client.log" 2>&1 &
+    client_pid=$! && pids+=("$client_pid")
+    wait_for "$work/client.log" 'stopped.bin: [0-9]+%'
+    kill -STOP "$client_pid"; kill -TERM "$server_pid"
+    finish "$server_pid"; kill -CONT "$client_pid"; cp "$log" "$work/out"
+    check "SIGTERM stops the server during a send: exit 0" '[ "$rc" = 0 ]'
+    out_has 'stopping \(SIGTERM\), closing 1 connection' "server says why it stops"
+    finish "$client_pid"; cp "$work/client.log" "$work/out"
+    check "client exits 1" '[ "$rc" = 1 ]'
+    out_has "^file_client: cannot send .*big.bin: $gone" "client says the server went away"
+    check "no stopped.bin, no new temporary file" '! names "$work/srv" | grep -q stopped'
+fi
+
+[ $failed = 0 ] || { echo "-- the last server's log:"; tail -30 "$log"; }
+echo "== $mode: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
+exit $failed
