@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "coverbs/detail/handshake.hpp"
+#include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
 
 namespace coverbs::detail {
@@ -13,10 +14,10 @@ namespace asio = boost::asio;
 
 /// Listeners run only while someone waits for a connection, so an idle acceptor does not keep
 /// io_context::run from returning; a connection that arrives with nobody waiting is kept.
-class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
+class acceptor_impl : public handler_holder, public std::enable_shared_from_this<acceptor_impl> {
  public:
   acceptor_impl(const asio::any_io_executor& ex, const socket_options& options)
-      : executor_(ex), options_(options) {}
+      : handler_holder(ex), executor_(ex), options_(options) {}
 
   void listen(const asio::ip::tcp::endpoint& endpoint, bool reuse_address) {
     asio::ip::tcp::endpoint bound = endpoint;
@@ -58,6 +59,16 @@ class acceptor_impl : public std::enable_shared_from_this<acceptor_impl> {
     auto waiters = std::move(waiters_);
     waiters_.clear();
     for (auto& h : waiters) fail(std::move(h), asio::error::operation_aborted);
+  }
+
+  // A waiter's coroutine may own the acceptor, and so this: destroyed, the cycle breaks.
+  void destroy_handlers() noexcept override {
+    const auto self = weak_from_this().lock();
+    if (!self) return;
+    const std::deque<accept_handler> waiters = std::move(waiters_);
+    waiters_.clear();
+    const std::deque<connection> ready = std::move(ready_);
+    ready_.clear();
   }
 
   void close() {

@@ -20,6 +20,14 @@ async_queue_pair::async_queue_pair(completion_service& service, verbs::queue_pai
                qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {}
 
 async_queue_pair::~async_queue_pair() {
+  if (engine_->abandoned()) {
+    // Its context shut down, so its CQ is never polled again: nothing can complete what is
+    // left, which is destroyed as Asio destroys pending operations.
+    for (auto* q : {&send_, &receive_}) {
+      while (detail::operation* op = q->take_abandoned()) op->destroy(op);
+    }
+    return;
+  }
   if (send_.in_flight() + receive_.in_flight() > 0) {
     qp_.to_error();
     engine_->drain_until([this] { return send_.in_flight() + receive_.in_flight() == 0; },

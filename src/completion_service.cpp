@@ -8,12 +8,38 @@
 #include "coverbs/detail/completion_engine.hpp"
 #include "coverbs/detail/posting_queue.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace coverbs {
 namespace detail {
 
+namespace {
+// A work request is posted before its completion can be polled: the device orders the two,
+// through memory that libibverbs and the kernel touch uninstrumented, so ThreadSanitizer cannot
+// see it. These tell it, keyed by the operation, so that what the posting thread wrote before
+// the post (counters, the operation) is known to precede what the polling thread does after.
+void posted(operation* op) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(op);
+#else
+  (void)op;
+#endif
+}
+void polled(operation* op) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(op);
+#else
+  (void)op;
+#endif
+}
+}  // namespace
+
 completion_engine::completion_engine(const boost::asio::any_io_executor& ex, const verbs::device& d,
                                      const completion_options& opts)
-    : executor(ex),
+    : handler_holder(ex),
+      executor(ex),
       dev(d),
       options(opts),
       channel(opts.mode == polling_mode::busy ? std::nullopt : std::make_optional<verbs::completion_channel>(d)),
@@ -110,6 +136,7 @@ std::size_t completion_engine::collect(op_queue& done) {
     for (std::size_t i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       auto* op = reinterpret_cast<operation*>(wc.wr_id);
+      polled(op);
       op->status = wc.status;
       if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
         op->byte_len = wc.byte_len;
@@ -117,7 +144,7 @@ std::size_t completion_engine::collect(op_queue& done) {
         op->rdma_immediate = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM;
       }
       --outstanding_;
-      op->owner->on_completed(done);
+      op->owner->on_completed(op, done);
       done.push(op);
     }
     total += n;
@@ -152,7 +179,44 @@ void completion_engine::shutdown() noexcept {
   }
 }
 
+void completion_engine::destroy_handlers() noexcept {
+  const auto self = weak_from_this().lock();  // a destroyed handler may own the last reference
+  if (!self) return;
+  abandoned_ = true;
+  shutdown();
+  // One operation at a time, the queues looked up afresh: destroying a handler may destroy
+  // queue pairs, whose queues then destroy their own operations and detach.
+  for (;;) {
+    operation* op = nullptr;
+    for (posting_queue* q = queues_; q != nullptr && op == nullptr; q = q->next_) op = q->take_abandoned();
+    if (op == nullptr) return;
+    op->destroy(op);
+  }
+}
+
+void completion_engine::attach(posting_queue& queue) noexcept {
+  queue.next_ = queues_;
+  if (queues_ != nullptr) queues_->prev_ = &queue;
+  queues_ = &queue;
+}
+
+void completion_engine::detach(posting_queue& queue) noexcept {
+  (queue.prev_ != nullptr ? queue.prev_->next_ : queues_) = queue.next_;
+  if (queue.next_ != nullptr) queue.next_->prev_ = queue.prev_;
+  queue.prev_ = queue.next_ = nullptr;
+}
+
 // posting_queue ------------------------------------------------------------------------------
+
+posting_queue::posting_queue(std::shared_ptr<completion_engine> engine, kind k, void* native,
+                             std::uint32_t capacity) noexcept
+    : engine_(std::move(engine)), kind_(k), native_(native), capacity_(capacity) {
+  engine_->attach(*this);
+}
+
+posting_queue::~posting_queue() {
+  engine_->detach(*this);
+}
 
 void posting_queue::submit(operation* op) {
   op->owner = this;
@@ -169,6 +233,7 @@ void posting_queue::submit(operation* op) {
 int posting_queue::post(operation* op) {
   engine_->work_started();
   ++in_flight_;
+  posted(op);
   int rc = 0;
   switch (kind_) {
     case kind::send: {
@@ -190,11 +255,14 @@ int posting_queue::post(operation* op) {
   if (rc != 0) {
     --in_flight_;
     engine_->work_abandoned();
+  } else {
+    posted_.push(op);
   }
   return rc;
 }
 
-void posting_queue::on_completed(op_queue& done) {
+void posting_queue::on_completed(operation* op, op_queue& done) {
+  posted_.erase(op);
   --in_flight_;
   while (!waiting_.empty() && in_flight_ < capacity_) {
     operation* next = waiting_.pop();
@@ -227,6 +295,16 @@ void posting_queue::abort_waiting() {
     op->status = IBV_WC_WR_FLUSH_ERR;
     op->complete(op, true);
   }
+}
+
+operation* posting_queue::take_abandoned() noexcept {
+  if (operation* op = waiting_.pop()) return op;
+  operation* op = posted_.pop();
+  if (op != nullptr) {
+    --in_flight_;
+    --engine_->outstanding_;
+  }
+  return op;
 }
 
 }  // namespace detail

@@ -214,6 +214,14 @@ std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::a
 
 void rdma_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.erase(handle); }
 
+void rdma_stream::destroy_handlers() noexcept {
+  const auto self = weak_from_this().lock();
+  if (!self) return;  // being destroyed already
+  const std::deque<waiting_immediate> waiting = std::move(waiting_immediates_);
+  waiting_immediates_.clear();
+  destroy_pending();
+}
+
 void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;

@@ -5,6 +5,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+#include <type_traits>
 
 namespace coverbs::detail {
 
@@ -344,6 +345,33 @@ void stream_core::deliver_failure(error_code ec, bool defer) {
   serve_receive(defer);
   serve_write(defer);
   serve_send(defer);
+}
+
+void stream_core::destroy_pending() noexcept {
+  // All taken out before any is destroyed: destroying one may close this stream (its socket
+  // lives in the coroutine frame), which would otherwise post the others.
+  // (Constructed, never move-assigned: Boost 1.81's any_completion_handler::operator=(&&)
+  // wraps its argument in itself and recurses without end.)
+  auto take = [](auto& pending) {
+    using handler = std::remove_reference_t<decltype(pending->handler)>;
+    handler h = pending ? handler(std::move(pending->handler)) : handler();
+    pending.reset();
+    return h;
+  };
+  size_handler read = take(read_), receive = take(receive_), write = take(write_), send = take(send_);
+  immediate_handler immediate =
+      immediate_waiter_ ? immediate_handler(std::move(*immediate_waiter_)) : immediate_handler();
+  immediate_waiter_.reset();
+  auto forget_slot = [](auto& h) {
+    if (!h) return;
+    auto slot = boost::asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) slot.clear();  // its canceller points at this stream
+  };
+  forget_slot(read);
+  forget_slot(receive);
+  forget_slot(write);
+  forget_slot(send);
+  forget_slot(immediate);
 }
 
 void stream_core::capacity_available() {

@@ -508,6 +508,15 @@ void tcp_stream::connection_lost(error_code ec) {
   fail(ec, timed_out, timed_out, frame_status::ok);
 }
 
+// The context is shutting down: nothing runs any more, so nothing new may start either.
+void tcp_stream::destroy_handlers() noexcept {
+  const auto self = weak_from_this().lock();
+  if (!self) return;  // being destroyed already
+  broken_ = true;
+  const std::deque<one_sided_op> ops = take_operations();
+  destroy_pending();
+}
+
 void tcp_stream::close() {
   if (closed_) return;
   closed_ = true;

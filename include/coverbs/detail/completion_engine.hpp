@@ -9,10 +9,13 @@
 
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/operation.hpp"
+#include "coverbs/detail/shutdown_service.hpp"
 
 namespace coverbs::detail {
 
-class completion_engine : public std::enable_shared_from_this<completion_engine> {
+class posting_queue;
+
+class completion_engine : public handler_holder, public std::enable_shared_from_this<completion_engine> {
  public:
   completion_engine(const boost::asio::any_io_executor& executor, const verbs::device& dev,
                     const completion_options& options);
@@ -31,6 +34,15 @@ class completion_engine : public std::enable_shared_from_this<completion_engine>
   void drain_until(Predicate done, std::chrono::milliseconds timeout);
   /// Stops the loop for good.
   void shutdown() noexcept;
+  /// The execution context is shutting down: stops the loop for good and destroys the
+  /// operations of every queue, posted or waiting. Their work requests may still be in the QP
+  /// and the CQ, so nothing polls again; the QP goes with its owner, before this CQ.
+  void destroy_handlers() noexcept override;
+  /// True once destroy_handlers ran: the CQ is never polled again.
+  bool abandoned() const noexcept { return abandoned_; }
+  /// Queues posting into this engine's CQ, found again by destroy_handlers.
+  void attach(posting_queue& queue) noexcept;
+  void detach(posting_queue& queue) noexcept;
 
   boost::asio::any_io_executor executor;
   const verbs::device& dev;
@@ -51,15 +63,17 @@ class completion_engine : public std::enable_shared_from_this<completion_engine>
   void drain_once(bool defer);
 
   std::optional<boost::asio::posix::stream_descriptor> descriptor_;
+  posting_queue* queues_ = nullptr;
   bool active_ = false;
   bool closed_ = false;
+  bool abandoned_ = false;
   std::chrono::steady_clock::time_point last_completion_{};
 };
 
 template <class Predicate>
 void completion_engine::drain_until(Predicate done, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
+  while (!abandoned_ && !done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
 }
 
 }  // namespace coverbs::detail

@@ -15,11 +15,16 @@ struct operation {
   /// Delivers the stored result and frees the operation. `defer` posts the handler instead
   /// of dispatching it (used when completing from outside the completion loop).
   using complete_fn = void (*)(operation*, bool defer);
+  /// Frees the operation and destroys its handler without invoking it (the execution context
+  /// is shutting down).
+  using destroy_fn = void (*)(operation*);
 
-  explicit operation(complete_fn fn) noexcept : complete(fn) {}
+  operation(complete_fn fn, destroy_fn d) noexcept : complete(fn), destroy(d) {}
 
   complete_fn complete;
-  operation* next = nullptr;
+  destroy_fn destroy;
+  operation* next = nullptr;  ///< links of the one list the operation is in (op_queue, op_list)
+  operation* prev = nullptr;  ///< (op_list only)
   posting_queue* owner = nullptr;
 
   union {
@@ -65,6 +70,33 @@ class op_queue {
       return true;
     }
     return false;
+  }
+
+ private:
+  operation* head_ = nullptr;
+  operation* tail_ = nullptr;
+};
+
+/// Intrusive list of posted operations, each removed in constant time wherever it is (an SRQ's
+/// receives complete in any order); no allocation.
+class op_list {
+ public:
+  void push(operation* op) noexcept {
+    op->prev = tail_;
+    op->next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = op;
+    tail_ = op;
+  }
+  /// Removes `op`, which must be in this list.
+  void erase(operation* op) noexcept {
+    (op->prev != nullptr ? op->prev->next : head_) = op->next;
+    (op->next != nullptr ? op->next->prev : tail_) = op->prev;
+    op->next = op->prev = nullptr;
+  }
+  operation* pop() noexcept {
+    operation* op = head_;
+    if (op != nullptr) erase(op);
+    return op;
   }
 
  private:

@@ -67,6 +67,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                        remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
+  /// Work requests in flight are the completion service's to destroy (see completion_engine).
+  void destroy_handlers() noexcept override;
 
  private:
   struct receive_done;

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "coverbs/detail/buffer_list.hpp"
+#include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
 #include "coverbs/verbs/memory_region.hpp"
@@ -35,11 +36,12 @@ struct one_sided_request {
 };
 using default_socket_token = boost::asio::default_completion_token_t<boost::asio::any_io_executor>;
 
-class stream_core {
+class stream_core : public handler_holder {
  public:
   enum class op { read, write, receive, send };
 
-  explicit stream_core(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
+  explicit stream_core(boost::asio::any_io_executor executor)
+      : handler_holder(executor), executor_(std::move(executor)) {}
   virtual ~stream_core() = default;
   stream_core(const stream_core&) = delete;
   stream_core& operator=(const stream_core&) = delete;
@@ -120,6 +122,8 @@ class stream_core {
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
   bool failed() const noexcept { return failure_.has_value(); }
+  /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
+  void destroy_pending() noexcept;
 
   // What the transport provides.
   /// A segment was consumed; its memory may be reused.

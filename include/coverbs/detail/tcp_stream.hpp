@@ -43,6 +43,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                        remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
+  void destroy_handlers() noexcept override;
 
  private:
   // A user's one-sided operation, from its start until its last response.

@@ -92,7 +92,19 @@ class wr_operation final : public operation {
   };
 
   wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
-      : operation(&do_complete), handler_(std::move(handler)), io_executor_(io_executor) {}
+      : operation(&do_complete, &do_destroy), handler_(std::move(handler)), io_executor_(io_executor) {}
+
+  static void do_destroy(operation* base) {
+    auto* self = static_cast<wr_operation*>(base);
+    auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
+    if (slot.is_connected()) slot.clear();
+    Handler handler(std::move(self->handler_));
+    allocator_type alloc(
+        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    self->~wr_operation();
+    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+    // `handler` goes last: it may own whatever owns this operation's queue.
+  }
 
   static void do_complete(operation* base, bool defer) {
     auto* self = static_cast<wr_operation*>(base);
