@@ -5,6 +5,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/write.hpp>
+#include <cstdlib>
 #include <random>
 
 #include "connected_pair.hpp"
@@ -66,7 +67,16 @@ inline asio::awaitable<void> random_client(socket& s, asio::ip::tcp::endpoint se
   s.shutdown(asio::socket_base::shutdown_send);
 }
 
+/// $COVERBS_LOAD_DIVISOR (default 1) divides the bytes each connection carries: sanitizer runs,
+/// many times slower per byte, keep every connection and all the concurrency but move less.
+inline std::size_t load_divisor() {
+  const char* d = std::getenv("COVERBS_LOAD_DIVISOR");
+  const long n = d != nullptr ? std::atol(d) : 1;
+  return n > 0 ? static_cast<std::size_t>(n) : 1;
+}
+
 inline void many_connections(transport kind, int connections, std::size_t bytes_each, socket_options options = {}) {
+  bytes_each /= load_divisor();
   asio::io_context io;
   options.kind = kind;
   acceptor server(io, asio::ip::tcp::endpoint(test_address(), 0), options);
