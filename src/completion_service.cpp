@@ -233,6 +233,9 @@ void posting_queue::submit(operation* op) {
 int posting_queue::post(operation* op) {
   engine_->work_started();
   ++in_flight_;
+  // Listed before the post: the device may complete it before ibv_post_* returns, and the
+  // thread that polls the completion then unlists it (TSan found the list written after).
+  posted_.push(op);
   posted(op);
   int rc = 0;
   switch (kind_) {
@@ -253,10 +256,9 @@ int posting_queue::post(operation* op) {
     }
   }
   if (rc != 0) {
+    posted_.erase(op);
     --in_flight_;
     engine_->work_abandoned();
-  } else {
-    posted_.push(op);
   }
   return rc;
 }
