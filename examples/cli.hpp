@@ -88,6 +88,29 @@ class arguments {
 /// A server program's main after parsing: constructs `Server(io, opt)` (a failure there is
 /// "cannot listen on ..."), calls `start()`, runs the context until it stops, and returns the
 /// exit status: 1 if construction or the run failed, or if `failed()` says so.
+/// The options every server takes: --listen ADDR, --port N and, where `Options` has a
+/// `connections` limit, --connections N. True if `arg` was one of them (its value is taken).
+template <class Options>
+bool server_option(arguments& args, std::string_view arg, Options& o) {
+  if (arg == "--listen") {
+    const auto a = address(args.value());
+    if (!a) args.bad_value("an IPv4 or IPv6 address");
+    o.listen = *a;
+  } else if (arg == "--port") {
+    const auto p = number(args.value(), 0, 65535);
+    if (!p) args.bad_value("a port number from 0 to 65535");
+    o.port = static_cast<std::uint16_t>(*p);
+  } else if constexpr (requires { o.connections; }) {
+    if (arg != "--connections") return false;
+    const auto n = number(args.value(), 0, 1'000'000'000);
+    if (!n) args.bad_value("a number of connections (0: no limit)");
+    o.connections = *n;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 template <class Server, class Options>
 int run_server(std::string_view program, const Options& opt) {
   try {

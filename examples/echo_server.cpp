@@ -46,22 +46,11 @@ options parse(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
-    } else if (arg == "--listen") {
-      const auto a = cli::address(args.value());
-      if (!a) args.bad_value("an IPv4 or IPv6 address");
-      o.listen = *a;
-    } else if (arg == "--port") {
-      const auto p = cli::number(args.value(), 0, 65535);
-      if (!p) args.bad_value("a port number from 0 to 65535");
-      o.port = static_cast<std::uint16_t>(*p);
+    } else if (cli::server_option(args, arg, o)) {  // taken
     } else if (arg == "--transport") {
       const auto t = cli::transport(args.value());
       if (!t) args.bad_value("auto, rdma or tcp");
       o.kind = *t;
-    } else if (arg == "--connections") {
-      const auto n = cli::number(args.value(), 0, 1'000'000'000);
-      if (!n) args.bad_value("a number of connections (0: no limit)");
-      o.connections = *n;
     } else {
       cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
     }

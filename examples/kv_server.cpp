@@ -65,12 +65,7 @@ options parse(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
-    } else if (arg == "--listen") {
-      const auto a = cli::address(args.value());
-      if (!a) args.bad_value("an IPv4 or IPv6 address");
-      o.listen = *a;
-    } else if (arg == "--port") {
-      o.port = static_cast<std::uint16_t>(count(0, 65535, "a port number from 0 to 65535"));
+    } else if (cli::server_option(args, arg, o)) {  // taken
     } else if (arg == "--transport") {
       const auto t = cli::transport(args.value());
       if (!t) args.bad_value("auto, rdma or tcp");
