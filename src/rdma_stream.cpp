@@ -217,8 +217,7 @@ void rdma_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.er
 void rdma_stream::destroy_handlers() noexcept {
   const auto self = weak_from_this().lock();
   if (!self) return;  // being destroyed already
-  const std::deque<waiting_immediate> waiting = std::move(waiting_immediates_);
-  waiting_immediates_.clear();
+  const fifo<waiting_immediate> waiting = waiting_immediates_.take();
   destroy_pending();
 }
 

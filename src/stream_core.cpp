@@ -77,7 +77,7 @@ void stream_core::start_transfer(const one_sided_request& request, size_handler 
     return complete(handler, make_error_code(errc::too_many_operations), 0, true);
   }
   transfer(request,
-           size_handler(counted_handler<size_handler>{std::move(handler), operation_slot(outstanding_)}));
+           size_handler(counted_handler<size_handler>{std::move(handler), operation_slot(outstanding_)}, executor_));
 }
 
 void stream_core::start_atomic(const one_sided_request& request, value_handler handler) {
@@ -88,7 +88,7 @@ void stream_core::start_atomic(const one_sided_request& request, value_handler h
     return;
   }
   atomic(request,
-         value_handler(counted_handler<value_handler>{std::move(handler), operation_slot(outstanding_)}));
+         value_handler(counted_handler<value_handler>{std::move(handler), operation_slot(outstanding_)}, executor_));
 }
 
 std::uint32_t stream_core::register_counted(std::span<std::byte> memory, verbs::access rights,
@@ -350,8 +350,6 @@ void stream_core::deliver_failure(error_code ec, bool defer) {
 void stream_core::destroy_pending() noexcept {
   // All taken out before any is destroyed: destroying one may close this stream (its socket
   // lives in the coroutine frame), which would otherwise post the others.
-  // (Constructed, never move-assigned: Boost 1.81's any_completion_handler::operator=(&&)
-  // wraps its argument in itself and recurses without end.)
   auto take = [](auto& pending) {
     using handler = std::remove_reference_t<decltype(pending->handler)>;
     handler h = pending ? handler(std::move(pending->handler)) : handler();

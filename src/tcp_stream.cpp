@@ -484,15 +484,14 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
     failure_sent_ = true;
     send_frame({.type = frame_type::close, .status = tell_peer}, take_frame(0));
   }
-  std::deque<one_sided_op> ops = take_operations();
+  fifo<one_sided_op> ops = take_operations();
   for (auto& op : ops) finish(op, &op == &ops.front() ? first : rest, 0, false);
   deliver_failure(stream_ec);
 }
 
 // Taken out before any handler runs: handlers may run inline and start operations.
-std::deque<tcp_stream::one_sided_op> tcp_stream::take_operations() {
-  std::deque<one_sided_op> ops = std::move(operations_);
-  operations_.clear();
+fifo<tcp_stream::one_sided_op> tcp_stream::take_operations() {
+  fifo<one_sided_op> ops = operations_.take();
   next_to_send_ = 0;
   unanswered_ = 0;
   return ops;
@@ -513,7 +512,7 @@ void tcp_stream::destroy_handlers() noexcept {
   const auto self = weak_from_this().lock();
   if (!self) return;  // being destroyed already
   broken_ = true;
-  const std::deque<one_sided_op> ops = take_operations();
+  const fifo<one_sided_op> ops = take_operations();
   destroy_pending();
 }
 
@@ -521,7 +520,7 @@ void tcp_stream::close() {
   if (closed_) return;
   closed_ = true;
   broken_ = true;
-  std::deque<one_sided_op> ops = take_operations();
+  fifo<one_sided_op> ops = take_operations();
   deliver_failure(error::operation_aborted, true);
   // As when a queue pair is torn down: what was started and not answered is flushed.
   for (auto& op : ops) finish(op, flushed(), 0, true);

@@ -138,14 +138,14 @@ class socket {
   template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_read_some(const MutableBufferSequence& buffers,
                        CompletionToken&& token = detail::default_socket_token()) {
-    return initiate(&detail::stream_core::read_some, detail::mutable_buffer_list(buffers),
+    return initiate<detail::mutable_buffer_list>(&detail::stream_core::read_some, buffers,
                     std::forward<CompletionToken>(token));
   }
   /// Writes at least one byte of `buffers`. Completion: `void(error_code, std::size_t)`.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_write_some(const ConstBufferSequence& buffers,
                         CompletionToken&& token = detail::default_socket_token()) {
-    return initiate(&detail::stream_core::write_some, detail::const_buffer_list(buffers),
+    return initiate<detail::const_buffer_list>(&detail::stream_core::write_some, buffers,
                     std::forward<CompletionToken>(token));
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
@@ -153,7 +153,7 @@ class socket {
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
                   CompletionToken&& token = detail::default_socket_token()) {
-    return initiate(&detail::stream_core::send_message, detail::const_buffer_list(buffers),
+    return initiate<detail::const_buffer_list>(&detail::stream_core::send_message, buffers,
                     std::forward<CompletionToken>(token));
   }
   /// Receives the next whole message. A buffer too small for it gives `message_size` and the
@@ -161,7 +161,7 @@ class socket {
   template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_receive(const MutableBufferSequence& buffers,
                      CompletionToken&& token = detail::default_socket_token()) {
-    return initiate(&detail::stream_core::receive_message, detail::mutable_buffer_list(buffers),
+    return initiate<detail::mutable_buffer_list>(&detail::stream_core::receive_message, buffers,
                     std::forward<CompletionToken>(token));
   }
 
@@ -208,7 +208,7 @@ class socket {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint32_t)>(
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex) {
           if (!impl) return not_open(std::move(handler), ex, std::uint32_t{0});
-          impl->receive_immediate(detail::immediate_handler(std::move(handler)));
+          impl->receive_immediate(detail::immediate_handler(std::move(handler), impl->get_executor()));
         },
         token, impl_, executor_);
   }
@@ -239,16 +239,18 @@ class socket {
   const std::shared_ptr<detail::stream_core>& impl() const noexcept { return impl_; }
 
  private:
-  template <class Buffers, class CompletionToken>
+  // The user's buffer sequence, not its buffer_list copy (272 bytes), travels with the
+  // initiation: a smaller coroutine frame per operation stays within Asio's recycling cache.
+  template <class Buffers, class BufferSequence, class CompletionToken>
   auto initiate(void (detail::stream_core::*member)(const Buffers&, detail::size_handler),
-                Buffers buffers, CompletionToken&& token) {
+                const BufferSequence& buffers, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
         [member](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
-                 const Buffers& buffers) {
+                 const BufferSequence& buffers) {
           if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          ((*impl).*member)(buffers, detail::size_handler(std::move(handler)));
+          ((*impl).*member)(Buffers(buffers), detail::size_handler(std::move(handler), impl->get_executor()));
         },
-        token, impl_, executor_, std::move(buffers));
+        token, impl_, executor_, buffers);
   }
 
   template <class Handler, class Value>
@@ -262,7 +264,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          impl->start_transfer(request, detail::size_handler(std::move(handler)));
+          impl->start_transfer(request, detail::size_handler(std::move(handler), impl->get_executor()));
         },
         token, impl_, executor_, request);
   }
@@ -272,7 +274,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::uint64_t{0});
-          impl->start_atomic(request, detail::value_handler(std::move(handler)));
+          impl->start_atomic(request, detail::value_handler(std::move(handler), impl->get_executor()));
         },
         token, impl_, executor_, request);
   }

@@ -2,6 +2,7 @@
 // connect in the Soft-RoCE VM: the same bodies as tcp_socket_test.
 #include <boost/test/unit_test.hpp>
 
+#include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "socket_tests.hpp"
 
@@ -18,6 +19,9 @@ BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(steady_state_operations_allocate_nothing) {
+  test::steady_state_operations_allocate_nothing(transport::rdma);
 }
 
 BOOST_AUTO_TEST_CASE(one_automatic_acceptor_serves_rdma_and_tcp_clients) {

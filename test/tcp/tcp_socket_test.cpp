@@ -1,6 +1,7 @@
 // coverbs::socket and coverbs::acceptor over TCP, through a real listen and connect.
 #include <boost/test/unit_test.hpp>
 
+#include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "socket_tests.hpp"
 
@@ -33,6 +34,9 @@ BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::tcp); }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(steady_state_operations_allocate_nothing) {
+  test::steady_state_operations_allocate_nothing(transport::tcp);
 }
 
 BOOST_AUTO_TEST_CASE(automatic_transport_without_rdma_is_tcp) {

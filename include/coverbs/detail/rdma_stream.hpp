@@ -3,7 +3,6 @@
 // receive queue (no receiver-not-ready retries).
 #pragma once
 
-#include <deque>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "coverbs/async_queue_pair.hpp"
+#include "coverbs/detail/fifo.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/detail/initiate.hpp"
 #include "coverbs/detail/wr_operation.hpp"
@@ -104,7 +104,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
-  std::deque<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
+  fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
 };
 
 }  // namespace coverbs::detail

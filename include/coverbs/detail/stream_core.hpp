@@ -3,16 +3,16 @@
 // only how bytes move; everything users observe is decided here, once.
 #pragma once
 
-#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 
 #include "coverbs/detail/buffer_list.hpp"
+#include "coverbs/detail/fifo.hpp"
+#include "coverbs/detail/erased_handler.hpp"
 #include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
@@ -20,9 +20,9 @@
 
 namespace coverbs::detail {
 
-using size_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
-using value_handler = boost::asio::any_completion_handler<void(error_code, std::uint64_t)>;
-using immediate_handler = boost::asio::any_completion_handler<void(error_code, std::uint32_t)>;
+using size_handler = erased_handler<void(error_code, std::size_t)>;
+using value_handler = erased_handler<void(error_code, std::uint64_t)>;
+using immediate_handler = erased_handler<void(error_code, std::uint32_t)>;
 
 /// A one-sided operation on the peer's registered memory, as the socket hands it down.
 struct one_sided_request {
@@ -153,15 +153,15 @@ class stream_core : public handler_holder {
   void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
-  std::deque<segment> bytes_;
+  fifo<segment> bytes_;
   std::size_t front_offset_ = 0;
-  std::deque<segment> messages_;
+  fifo<segment> messages_;
   bool end_of_stream_ = false;
   bool sending_shut_ = false;
   std::optional<error_code> failure_;
   std::optional<pending_read> read_, receive_;
   std::optional<pending_write> write_, send_;
-  std::deque<std::uint32_t> immediates_;
+  fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
   std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;
   /// One-sided operations not yet completed; shared with their handlers, which may outlive this.

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
-#include <deque>
 #include <memory>
 #include <vector>
 
+#include "coverbs/detail/fifo.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/wire/frame.hpp"
 #include "coverbs/wire/region_table.hpp"
@@ -100,7 +100,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   // Ends the connection: stream operations see `stream_ec`, the oldest outstanding operation
   // `first`, every other one `rest`; a `tell_peer` other than ok goes out in a close frame.
   void fail(error_code stream_ec, error_code first, error_code rest, wire::frame_status tell_peer);
-  std::deque<one_sided_op> take_operations();
+  fifo<one_sided_op> take_operations();
   void protocol_error();
   void connection_lost(error_code ec);
   std::uint32_t take_slot();
@@ -122,12 +122,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool peer_ended_ = false;    ///< the peer sent close(ok)
   bool failure_sent_ = false;  ///< this side sent a failing close
   bool connecting_ = false;    ///< this side connected; the other accepted
-  std::deque<outgoing_frame> outgoing_;
+  fifo<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
-  std::deque<one_sided_op> operations_;  ///< started and not completed, in order
+  fifo<one_sided_op> operations_;  ///< started and not completed, in order
   std::size_t next_to_send_ = 0;         ///< index in operations_ of the first with unsent frames
   std::uint64_t next_request_id_ = 1;
   std::uint32_t unanswered_ = 0;  ///< request frames sent whose response has not arrived

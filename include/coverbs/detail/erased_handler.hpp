@@ -1,0 +1,129 @@
+// A completion handler stored by a connection until its operation ends, with its type erased.
+//
+// Why not asio::any_completion_handler: handing one of those to asio::dispatch or post makes
+// Asio ask for its associated executor, which it can only give as an any_completion_executor
+// wrapping the handler's own executor (an any_io_executor does not fit its small buffer): two
+// heap allocations per completed operation. An erased_handler instead reports no associated
+// executor, so dispatching it costs nothing, and when invoked it dispatches the handler it holds
+// with that handler's real type, which Asio does without allocating.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <memory>
+#include <utility>
+
+namespace coverbs::detail {
+
+template <class Signature>
+class erased_handler;
+
+template <class... Args>
+class erased_handler<void(Args...)> {
+ public:
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+
+  erased_handler() noexcept = default;
+
+  /// Takes `handler`; when invoked it runs on the handler's associated executor, by default
+  /// `io_executor` (inline when that is this thread's). Storage comes from the handler's
+  /// allocator, by default Asio's per-thread recycling cache: none in steady state.
+  template <class Handler>
+  erased_handler(Handler&& handler, const boost::asio::any_io_executor& io_executor)
+      : impl_(holder<std::decay_t<Handler>>::create(std::forward<Handler>(handler), io_executor)) {}
+
+  erased_handler(erased_handler&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
+  erased_handler& operator=(erased_handler&& other) noexcept {
+    if (this != &other) {
+      reset();
+      impl_ = std::exchange(other.impl_, nullptr);
+    }
+    return *this;
+  }
+  erased_handler(const erased_handler&) = delete;
+  erased_handler& operator=(const erased_handler&) = delete;
+  /// Destroys the held handler without invoking it.
+  ~erased_handler() { reset(); }
+
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+  /// The held handler's cancellation slot (Asio finds it through this member).
+  cancellation_slot_type get_cancellation_slot() const noexcept {
+    return impl_ != nullptr ? impl_->slot : cancellation_slot_type();
+  }
+
+  /// Completes the held handler with `args`; this erased_handler is empty afterwards.
+  void operator()(Args... args) {
+    base* impl = std::exchange(impl_, nullptr);
+    impl->invoke(impl, std::move(args)...);
+  }
+
+  void reset() noexcept {
+    if (base* impl = std::exchange(impl_, nullptr)) impl->destroy(impl);
+  }
+
+ private:
+  struct base {
+    void (*invoke)(base*, Args...);
+    void (*destroy)(base*) noexcept;
+    cancellation_slot_type slot;
+  };
+
+  template <class Handler>
+  struct holder final : base {
+    using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
+        Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<holder>;
+
+    holder(Handler&& h, const boost::asio::any_io_executor& ex)
+        : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
+          handler(std::move(h)),
+          io_executor(ex) {}
+
+    static allocator_type allocator_of(const Handler& h) {
+      return allocator_type(
+          boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>()));
+    }
+
+    static base* create(Handler&& h, const boost::asio::any_io_executor& ex) {
+      allocator_type alloc = allocator_of(h);
+      holder* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+      try {
+        return ::new (static_cast<void*>(p)) holder(std::move(h), ex);
+      } catch (...) {
+        std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+        throw;
+      }
+    }
+
+    // Frees this holder and hands back its contents, so that the memory is free before the
+    // handler runs and a handler starting the next operation reuses it.
+    static std::pair<Handler, boost::asio::any_io_executor> take(base* b) noexcept {
+      auto* self = static_cast<holder*>(b);
+      std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler),
+                                                                std::move(self->io_executor));
+      allocator_type alloc = allocator_of(contents.first);
+      self->~holder();
+      std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+      return contents;
+    }
+
+    static void do_invoke(base* b, Args... args) {
+      auto [h, ex] = take(b);
+      boost::asio::dispatch(ex, boost::asio::append(std::move(h), std::move(args)...));
+    }
+
+    static void do_destroy(base* b) noexcept { take(b); }
+
+    Handler handler;
+    boost::asio::any_io_executor io_executor;
+  };
+
+  base* impl_ = nullptr;
+};
+
+}  // namespace coverbs::detail

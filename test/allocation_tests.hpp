@@ -1,0 +1,198 @@
+// Steady-state socket operations allocate nothing: after a warm-up, a thousand rounds of each
+// kind of operation make no call to operator new, on either transport. Plain callbacks drive
+// the rounds, so that what is counted is the library's path alone (a coroutine frame per
+// operation comes from Asio's recycling cache, which a test cannot hold constant).
+// The including program must also include allocation_counter.hpp.
+#pragma once
+
+#include <array>
+#include <boost/asio/buffer.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "allocation_counter.hpp"
+#include "connected_pair.hpp"
+
+namespace coverbs::test {
+namespace steady_state {
+namespace asio = boost::asio;
+
+/// Counts rounds of a chain of operations and the allocations made in the measured ones.
+struct rounds {
+  explicit rounds(asio::io_context& context) : io(context) {}
+  asio::io_context& io;
+  int warmup = 200;
+  int measured = 1000;
+  int done = 0;
+  std::size_t mark = 0;
+  std::size_t allocated = 0;
+  error_code failure;
+
+  /// Ends a round; false when the chain must stop (all rounds done, or `ec` failed it).
+  bool next(error_code ec) {
+    if (ec) {
+      failure = ec;
+      io.stop();
+      return false;
+    }
+    ++done;
+    if (done == warmup) mark = allocations.load();
+    if (done < warmup + measured) return true;
+    allocated = allocations.load() - mark;
+    io.stop();
+    return false;
+  }
+};
+
+/// The peer's half of a round runs until the connection closes; then its operations end with
+/// one of these (bad_descriptor: one started after the test closed the socket).
+inline void keep(error_code ec) {
+  if (ec && ec != asio::error::operation_aborted && ec != asio::error::eof &&
+      ec != asio::error::bad_descriptor) {
+    BOOST_ERROR("peer: " << ec.message());
+  }
+}
+
+struct messages {
+  messages(connected_pair& pair, rounds& counted) : p(pair), r(counted) {}
+  connected_pair& p;
+  rounds& r;
+  std::array<std::byte, 64> out{}, in_a{}, in_b{};
+  void client() {
+    p.a.async_send(asio::buffer(out), [this](error_code ec, std::size_t) {
+      if (ec) return void(r.next(ec));
+      p.a.async_receive(asio::buffer(in_a), [this](error_code ec, std::size_t) {
+        if (r.next(ec)) client();
+      });
+    });
+  }
+  void server() {
+    p.b.async_receive(asio::buffer(in_b), [this](error_code ec, std::size_t n) {
+      if (ec) return keep(ec);
+      p.b.async_send(asio::buffer(in_b.data(), n), [this](error_code ec, std::size_t) {
+        if (ec) return keep(ec);
+        server();
+      });
+    });
+  }
+  void start() {
+    server();
+    client();
+  }
+};
+
+struct bytes {
+  bytes(connected_pair& pair, rounds& counted) : p(pair), r(counted) {}
+  connected_pair& p;
+  rounds& r;
+  std::array<std::byte, 64> out{}, in_a{}, in_b{};
+  void client() {
+    p.a.async_write_some(asio::buffer(out), [this](error_code ec, std::size_t) {
+      if (ec) return void(r.next(ec));
+      p.a.async_read_some(asio::buffer(in_a), [this](error_code ec, std::size_t) {
+        if (r.next(ec)) client();
+      });
+    });
+  }
+  void server() {
+    p.b.async_read_some(asio::buffer(in_b), [this](error_code ec, std::size_t n) {
+      if (ec) return keep(ec);
+      p.b.async_write_some(asio::buffer(in_b.data(), n), [this](error_code ec, std::size_t) {
+        if (ec) return keep(ec);
+        server();
+      });
+    });
+  }
+  void start() {
+    server();
+    client();
+  }
+};
+
+struct one_sided {
+  one_sided(connected_pair& pair, rounds& counted) : p(pair), r(counted) {}
+  connected_pair& p;
+  rounds& r;
+  std::vector<std::byte> exposed = std::vector<std::byte>(4096), local_memory = std::vector<std::byte>(4096);
+  registered_memory target = p.b.register_memory(
+      exposed, verbs::access::remote_read | verbs::access::remote_write | verbs::access::remote_atomic);
+  registered_memory local = p.a.register_memory(local_memory, verbs::access::none);
+  void client() {
+    p.a.async_write(local.slice(0, 64), target.remote(0, 64), [this](error_code ec, std::size_t) {
+      if (ec) return void(r.next(ec));
+      p.a.async_read(local.slice(64, 64), target.remote(0, 64), [this](error_code ec, std::size_t) {
+        if (ec) return void(r.next(ec));
+        p.a.async_fetch_add(local.slice(128, 8), target.remote(256, 8), 1,
+                            [this](error_code ec, std::uint64_t) {
+                              if (ec) return void(r.next(ec));
+                              p.a.async_compare_swap(local.slice(136, 8), target.remote(264, 8), 0, 1,
+                                                     [this](error_code ec, std::uint64_t) {
+                                                       if (r.next(ec)) client();
+                                                     });
+                            });
+      });
+    });
+  }
+  void start() { client(); }
+};
+
+struct immediates {
+  immediates(connected_pair& pair, rounds& counted) : p(pair), r(counted) {}
+  connected_pair& p;
+  rounds& r;
+  std::vector<std::byte> exposed = std::vector<std::byte>(4096), local_memory = std::vector<std::byte>(4096);
+  registered_memory target = p.b.register_memory(exposed, verbs::access::remote_write);
+  registered_memory local = p.a.register_memory(local_memory, verbs::access::none);
+  // The receiver answers each immediate with a message, so that writes never pile up there.
+  std::array<std::byte, 4> ack{}, ack_in{};
+  void client() {
+    p.a.async_write_with_immediate(
+        local.slice(0, 64), target.remote(0, 64), 7, [this](error_code ec, std::size_t) {
+          if (ec) return void(r.next(ec));
+          p.a.async_receive(asio::buffer(ack_in), [this](error_code ec, std::size_t) {
+            if (r.next(ec)) client();
+          });
+        });
+  }
+  void server() {
+    p.b.async_receive_immediate([this](error_code ec, std::uint32_t) {
+      if (ec) return keep(ec);
+      p.b.async_send(asio::buffer(ack), [this](error_code ec, std::size_t) {
+        if (ec) return keep(ec);
+        server();
+      });
+    });
+  }
+  void start() {
+    server();
+    client();
+  }
+};
+
+template <class Chain>
+void count(transport kind, const std::string& what) {
+  connected_pair p(kind);
+  rounds r(p.io);
+  Chain chain(p, r);
+  chain.start();
+  p.io.restart();
+  p.io.run_for(std::chrono::seconds(120));
+  BOOST_TEST_INFO(what);
+  BOOST_TEST(!r.failure, "failed: " << r.failure.message());
+  BOOST_TEST(r.done == r.warmup + r.measured);
+  BOOST_TEST(r.allocated == 0u, r.allocated << " allocations in " << r.measured << " rounds of " << what);
+}
+
+}  // namespace steady_state
+
+/// Every kind of socket operation, each in its own run.
+inline void steady_state_operations_allocate_nothing(transport kind) {
+  steady_state::count<steady_state::messages>(kind, "send/receive");
+  steady_state::count<steady_state::bytes>(kind, "write_some/read_some");
+  steady_state::count<steady_state::one_sided>(kind, "write/read/fetch_add/compare_swap");
+  steady_state::count<steady_state::immediates>(kind, "write_with_immediate/receive_immediate");
+}
+
+}  // namespace coverbs::test
