@@ -20,8 +20,10 @@ namespace {
 constexpr std::size_t max_held_bytes = 4u << 20;
 // Bytes queued for sending before writes wait: enough to keep TCP busy, bounded for slow peers.
 constexpr std::size_t max_outgoing_bytes = 2u << 20;
-// Frame buffers kept for reuse: enough for steady streaming without pinning a burst's memory.
-constexpr std::size_t max_spare_frames = 4;
+// Frame buffers kept for reuse, so that steady streaming allocates nothing: as many as one
+// gathered write takes, holding no more memory than the outgoing queue may.
+constexpr std::size_t max_spare_frames = 64;
+constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
@@ -89,8 +91,9 @@ void tcp_stream::read_header() {
     return;
   }
   read_paused_ = false;
+  if (header_have_ == header_bytes_.size()) return on_header({}, 0);  // came with the last payload
   reading_ = true;
-  boost::asio::async_read(socket_, boost::asio::buffer(header_bytes_),
+  boost::asio::async_read(socket_, boost::asio::buffer(header_bytes_) + header_have_,
                           [self = shared_from_this()](error_code ec, std::size_t n) { self->on_header(ec, n); });
 }
 
@@ -100,8 +103,9 @@ void tcp_stream::resume_reading() {
 
 void tcp_stream::on_header(error_code ec, std::size_t n) {
   reading_ = false;
+  const std::size_t had = std::exchange(header_have_, 0);
   if (closed_ || broken_) return;
-  if (ec == error::eof && n > 0) return connection_lost(truncated);
+  if (ec == error::eof && had + n > 0) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
   if (wire::decode_header(header_bytes_, header_, limit) || check_sequence()) return protocol_error();
@@ -149,8 +153,14 @@ void tcp_stream::read_payload() {
   }
   if (into.empty()) return handle_frame();
   reading_ = true;
-  boost::asio::async_read(socket_, boost::asio::buffer(into.data(), into.size()),
-                          [self = shared_from_this()](error_code ec, std::size_t) { self->on_payload(ec); });
+  // The next frame's header too, where it has arrived already: one read per frame, not two.
+  const std::array<boost::asio::mutable_buffer, 2> buffers{boost::asio::buffer(into.data(), into.size()),
+                                                          boost::asio::buffer(header_bytes_)};
+  boost::asio::async_read(socket_, buffers, boost::asio::transfer_at_least(into.size()),
+                          [self = shared_from_this(), size = into.size()](error_code ec, std::size_t n) {
+                            self->header_have_ = n > size ? n - size : 0;
+                            self->on_payload(ec);
+                          });
 }
 
 void tcp_stream::on_payload(error_code ec) {
@@ -405,6 +415,7 @@ std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
   if (!spare_frames_.empty()) {
     frame = std::move(spare_frames_.back());
     spare_frames_.pop_back();
+    spare_bytes_ -= frame.capacity();
   }
   frame.resize(wire::header_size + payload);
   return frame;
@@ -424,16 +435,25 @@ void tcp_stream::write_next() {
     return;
   }
   writing_ = true;
-  boost::asio::async_write(socket_, boost::asio::buffer(outgoing_.front().bytes),
+  // Every queued frame (up to the gather array) in one write: one system call for a burst of
+  // small frames instead of one each.
+  gathered_ = std::min(outgoing_.size(), gather_.size());
+  for (std::size_t i = 0; i < gathered_; ++i) gather_[i] = boost::asio::buffer(outgoing_[i].bytes);
+  boost::asio::async_write(socket_, std::span<const boost::asio::const_buffer>(gather_.data(), gathered_),
                            [self = shared_from_this()](error_code ec, std::size_t) { self->on_written(ec); });
 }
 
 void tcp_stream::on_written(error_code ec) {
-  outgoing_frame& sent = outgoing_.front();
-  outgoing_bytes_ -= sent.bytes.size();
-  if (sent.response) --responses_queued_;
-  if (spare_frames_.size() < max_spare_frames) spare_frames_.push_back(std::move(sent.bytes));
-  outgoing_.pop_front();
+  for (; gathered_ > 0; --gathered_) {
+    outgoing_frame& sent = outgoing_.front();
+    outgoing_bytes_ -= sent.bytes.size();
+    if (sent.response) --responses_queued_;
+    if (spare_frames_.size() < max_spare_frames && spare_bytes_ + sent.bytes.capacity() <= max_spare_bytes) {
+      spare_bytes_ += sent.bytes.capacity();
+      spare_frames_.push_back(std::move(sent.bytes));
+    }
+    outgoing_.pop_front();
+  }
   if (closed_ || ec) {
     writing_ = false;
     // The peer is gone (a write fails on a reset connection): reads report that, and writes

@@ -109,6 +109,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t max_message_;
   std::uint32_t limit_ = 0;  ///< negotiated payload limit; 0 until the peer's hello
   std::array<std::byte, wire::header_size> header_bytes_{};
+  std::size_t header_have_ = 0;  ///< bytes of the next header read with the last payload
   wire::frame_header header_;
   std::uint32_t reading_slot_ = 0;
   std::vector<std::vector<std::byte>> slots_;  ///< payloads of received data and messages
@@ -124,6 +125,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool connecting_ = false;    ///< this side connected; the other accepted
   fifo<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
+  std::size_t spare_bytes_ = 0;  ///< capacity held by spare_frames_
+  std::array<boost::asio::const_buffer, 32> gather_;  ///< the frames being written
+  std::size_t gathered_ = 0;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
