@@ -29,13 +29,16 @@ rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_
       qp_(std::move(qp)),
       local_(local),
       peer_{0, 0},
-      receive_memory_(std::size_t{local.buffers + control_slots} * local.buffer_size),
-      receive_mr_(pd, receive_memory_, verbs::access::local_write) {}
+      receive_memory_(std::make_unique_for_overwrite<std::byte[]>(std::size_t{local.buffers + control_slots} *
+                                                                  local.buffer_size)),
+      receive_mr_(pd, std::span(receive_memory_.get(), std::size_t{local.buffers + control_slots} * local.buffer_size),
+                  verbs::access::local_write) {}
 
 void rdma_stream::set_peer(stream_geometry peer) {
   peer_ = peer;
-  send_memory_.resize(std::size_t{peer.buffers} * peer.buffer_size);
-  send_mr_.emplace(pd_, send_memory_, verbs::access::none);
+  const std::size_t size = std::size_t{peer.buffers} * peer.buffer_size;
+  send_memory_ = std::make_unique_for_overwrite<std::byte[]>(size);
+  send_mr_.emplace(pd_, std::span(send_memory_.get(), size), verbs::access::none);
   credits_ = peer.buffers;
   for (std::uint32_t i = peer.buffers; i > 0; --i) free_send_.push_back(i - 1);
   capacity_available();
@@ -90,7 +93,7 @@ std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
   while (!buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_) {
     const std::uint32_t index = free_send_.back();
     free_send_.pop_back();
-    std::byte* out = send_memory_.data() + std::size_t{index} * peer_.buffer_size;
+    std::byte* out = send_memory_.get() + std::size_t{index} * peer_.buffer_size;
     const std::size_t n = buffers.take(out, peer_.buffer_size);
     post_send(index, n, message ? stream_imm::message_bit : 0);
     total += n;
@@ -131,7 +134,7 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     return release(index);
   }
   credits_ += r.imm & stream_imm::credits_mask;
-  const segment s{receive_memory_.data() + std::size_t{index} * local_.buffer_size, r.bytes, index};
+  const segment s{receive_memory_.get() + std::size_t{index} * local_.buffer_size, r.bytes, index};
   if ((r.imm & stream_imm::message_bit) != 0) {
     deliver_message(s);
   } else if (r.bytes > 0) {
