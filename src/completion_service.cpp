@@ -4,6 +4,7 @@
 
 #include <array>
 #include <boost/asio/post.hpp>
+#include <utility>
 
 #include "coverbs/detail/completion_engine.hpp"
 #include "coverbs/detail/posting_queue.hpp"
@@ -275,11 +276,34 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
   }
 }
 
+namespace {
+// Completes a withdrawn request when it runs; destroys it, unrun, when the execution context
+// shuts down first, so that its handler (and whatever that owns) is freed, not leaked.
+class deferred_abort {
+ public:
+  explicit deferred_abort(operation* op) noexcept : op_(op) {}
+  deferred_abort(deferred_abort&& other) noexcept : op_(std::exchange(other.op_, nullptr)) {}
+  deferred_abort& operator=(deferred_abort&&) = delete;
+  ~deferred_abort() {
+    if (op_ != nullptr) op_->destroy(op_);
+  }
+  void operator()() {
+    operation* op = std::exchange(op_, nullptr);
+    op->complete(op, false);
+  }
+
+ private:
+  operation* op_;
+};
+}  // namespace
+
 void posting_queue::cancel(operation* op) {
   op->cancelled = true;
   if (waiting_.erase(op)) {
+    // Posted, not completed here: cancel() runs inside the handler's cancellation slot, which
+    // completing would clear under its own feet.
     op->status = IBV_WC_WR_FLUSH_ERR;
-    boost::asio::post(engine_->executor, [op] { op->complete(op, false); });
+    boost::asio::post(engine_->executor, deferred_abort(op));
     return;
   }
   if (kind_ != kind::shared_receive) {

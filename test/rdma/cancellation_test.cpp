@@ -67,6 +67,29 @@ BOOST_AUTO_TEST_CASE(waiting_request_is_withdrawn_without_erroring_the_queue_pai
   BOOST_TEST(!results[0]);
 }
 
+BOOST_AUTO_TEST_CASE(withdrawn_request_is_freed_when_the_context_goes_before_its_abort_runs) {
+  // The abort of a withdrawn request is posted; an io_context destroyed before running it must
+  // destroy the request's handler (as Asio destroys every pending handler), not leak it.
+  std::weak_ptr<int> probe;
+  bool invoked = false;
+  {
+    asio::cancellation_signal signal;  // outlives the handler that is connected to it
+    async_pair p({.qp = {.max_send_wr = 1}});
+    auto owned = std::make_shared<int>();
+    probe = owned;
+    // The peer posts no receive, so the first send holds the only slot and the second waits.
+    async_send(p.a, p.a_mr.slice(0, 8), [](error_code, std::size_t) {});
+    async_send(p.a, p.a_mr.slice(0, 8),
+               asio::bind_cancellation_slot(signal.slot(), [owned = std::move(owned), &invoked](error_code, std::size_t) {
+                 invoked = true;
+               }));
+    p.io.run_for(std::chrono::milliseconds(20));
+    signal.emit(asio::cancellation_type::terminal);
+  }  // no run: the abort never ran
+  BOOST_TEST(!invoked);
+  BOOST_TEST(probe.expired());
+}
+
 BOOST_AUTO_TEST_CASE(destroying_a_queue_pair_completes_its_pending_operations) {
   async_pair p;
   error_code result = asio::error::would_block;
