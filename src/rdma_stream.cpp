@@ -9,15 +9,20 @@ namespace coverbs::detail {
 namespace error = boost::asio::error;
 constexpr std::uint32_t no_buffer = ~0u;
 
+// The stream's own work requests come from its operation memory, as its users' do.
 struct rdma_stream::receive_done {
   std::shared_ptr<rdma_stream> self;
   std::uint32_t index;
+  using allocator_type = operation_allocator<void>;
+  allocator_type get_allocator() const noexcept { return self->allocator(); }
   void operator()(error_code ec, received r) { self->on_receive(index, ec, r); }
 };
 
 struct rdma_stream::send_done {
   std::shared_ptr<rdma_stream> self;
   std::uint32_t index;
+  using allocator_type = operation_allocator<void>;
+  allocator_type get_allocator() const noexcept { return self->allocator(); }
   void operator()(error_code ec, std::size_t) { self->on_send(index, ec); }
 };
 

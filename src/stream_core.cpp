@@ -77,18 +77,18 @@ void stream_core::start_transfer(const one_sided_request& request, size_handler 
     return complete(handler, make_error_code(errc::too_many_operations), 0, true);
   }
   transfer(request,
-           size_handler(counted_handler<size_handler>{std::move(handler), operation_slot(outstanding_)}, executor_));
+           size_handler(counted_handler<size_handler>{std::move(handler), operation_slot(outstanding_)}, executor_, allocator()));
 }
 
 void stream_core::start_atomic(const one_sided_request& request, value_handler handler) {
   if (max_outstanding_ == 0) return atomic(request, std::move(handler));
   if (*outstanding_ >= max_outstanding_) {
     const error_code ec = make_error_code(errc::too_many_operations);
-    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, std::uint64_t{0}));
+    hand_over(boost::asio::append(std::move(handler), ec, std::uint64_t{0}), true);
     return;
   }
   atomic(request,
-         value_handler(counted_handler<value_handler>{std::move(handler), operation_slot(outstanding_)}, executor_));
+         value_handler(counted_handler<value_handler>{std::move(handler), operation_slot(outstanding_)}, executor_, allocator()));
 }
 
 std::uint32_t stream_core::register_counted(std::span<std::byte> memory, verbs::access rights,
@@ -122,11 +122,7 @@ void stream_core::complete(size_handler& handler, error_code ec, std::size_t n, 
   if (slot.is_connected()) slot.clear();
   // A handler never runs inside its initiating function: completions found there are posted.
   // Both hand over to the handler's own associated executor.
-  if (defer) {
-    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, n));
-  } else {
-    boost::asio::dispatch(executor_, boost::asio::append(std::move(handler), ec, n));
-  }
+  hand_over(boost::asio::append(std::move(handler), ec, n), defer);
 }
 
 error_code stream_core::read_error() const {
@@ -279,7 +275,7 @@ void stream_core::cancel(op which) {
 
 void stream_core::receive_immediate(immediate_handler handler) {
   auto finish = [&](error_code ec, std::uint32_t value) {
-    boost::asio::post(executor_, boost::asio::append(std::move(handler), ec, value));
+    hand_over(boost::asio::append(std::move(handler), ec, value), true);
   };
   if (immediate_waiter_) return finish(error::in_progress, 0);
   if (!immediates_.empty()) {
@@ -301,11 +297,7 @@ void stream_core::fail_immediate_waiter(error_code ec, bool defer) {
   immediate_waiter_.reset();
   auto slot = boost::asio::get_associated_cancellation_slot(h);
   if (slot.is_connected()) slot.clear();
-  if (defer) {
-    boost::asio::post(executor_, boost::asio::append(std::move(h), ec, std::uint32_t{0}));
-  } else {
-    boost::asio::dispatch(executor_, boost::asio::append(std::move(h), ec, std::uint32_t{0}));
-  }
+  hand_over(boost::asio::append(std::move(h), ec, std::uint32_t{0}), defer);
 }
 
 void stream_core::deliver_immediate(std::uint32_t immediate) {
@@ -317,7 +309,7 @@ void stream_core::deliver_immediate(std::uint32_t immediate) {
   immediate_waiter_.reset();
   auto slot = boost::asio::get_associated_cancellation_slot(h);
   if (slot.is_connected()) slot.clear();
-  boost::asio::dispatch(executor_, boost::asio::append(std::move(h), error_code{}, immediate));
+  hand_over(boost::asio::append(std::move(h), error_code{}, immediate), false);
 }
 
 void stream_core::deliver_bytes(const segment& s) {

@@ -1,6 +1,7 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
@@ -52,17 +53,6 @@ error_code check_atomic_arguments(const one_sided_request& r) {
   return {};
 }
 
-// A handler never runs inside its initiating function, so completions found there are posted;
-// those found in a read or write completion are dispatched.
-template <class Handler, class Value>
-void complete_on(const boost::asio::any_io_executor& ex, Handler& handler, error_code ec, Value value, bool defer) {
-  auto bound = boost::asio::append(std::move(handler), ec, value);
-  if (defer) {
-    boost::asio::post(ex, std::move(bound));
-  } else {
-    boost::asio::dispatch(ex, std::move(bound));
-  }
-}
 }  // namespace
 
 tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_message, bool connecting)
@@ -94,7 +84,9 @@ void tcp_stream::read_header() {
   if (header_have_ == header_bytes_.size()) return on_header({}, 0);  // came with the last payload
   reading_ = true;
   boost::asio::async_read(socket_, boost::asio::buffer(header_bytes_) + header_have_,
-                          [self = shared_from_this()](error_code ec, std::size_t n) { self->on_header(ec, n); });
+                          boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
+                            self->on_header(ec, n);
+                          }));
 }
 
 void tcp_stream::resume_reading() {
@@ -157,10 +149,11 @@ void tcp_stream::read_payload() {
   const std::array<boost::asio::mutable_buffer, 2> buffers{boost::asio::buffer(into.data(), into.size()),
                                                           boost::asio::buffer(header_bytes_)};
   boost::asio::async_read(socket_, buffers, boost::asio::transfer_at_least(into.size()),
-                          [self = shared_from_this(), size = into.size()](error_code ec, std::size_t n) {
+                          boost::asio::bind_allocator(allocator(), [self = shared_from_this(), size = into.size()](
+                                                                       error_code ec, std::size_t n) {
                             self->header_have_ = n > size ? n - size : 0;
                             self->on_payload(ec);
-                          });
+                          }));
 }
 
 void tcp_stream::on_payload(error_code ec) {
@@ -288,14 +281,14 @@ void tcp_stream::refuse(error_code ec) {
 
 void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
   if (request.local.size > request.remote.length) {
-    return complete_on(get_executor(), handler, make_error_code(errc::buffer_too_small), std::size_t{0}, true);
+    return hand_over(boost::asio::append(std::move(handler), make_error_code(errc::buffer_too_small), std::size_t{0}), true);
   }
   start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
 }
 
 void tcp_stream::atomic(const one_sided_request& request, value_handler handler) {
   if (const error_code ec = check_atomic_arguments(request)) {
-    return complete_on(get_executor(), handler, ec, std::uint64_t{0}, true);
+    return hand_over(boost::asio::append(std::move(handler), ec, std::uint64_t{0}), true);
   }
   start_operation({.request = request, .on_size = {}, .on_value = std::move(handler)});
 }
@@ -395,8 +388,8 @@ void tcp_stream::on_response() {
 
 void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
   if (ec) value = 0;  // a failed operation moved nothing
-  if (op.on_size) return complete_on(get_executor(), op.on_size, ec, static_cast<std::size_t>(value), defer);
-  complete_on(get_executor(), op.on_value, ec, value, defer);
+  if (op.on_size) return hand_over(boost::asio::append(std::move(op.on_size), ec, static_cast<std::size_t>(value)), defer);
+  hand_over(boost::asio::append(std::move(op.on_value), ec, value), defer);
 }
 
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
@@ -440,7 +433,9 @@ void tcp_stream::write_next() {
   gathered_ = std::min(outgoing_.size(), gather_.size());
   for (std::size_t i = 0; i < gathered_; ++i) gather_[i] = boost::asio::buffer(outgoing_[i].bytes);
   boost::asio::async_write(socket_, std::span<const boost::asio::const_buffer>(gather_.data(), gathered_),
-                           [self = shared_from_this()](error_code ec, std::size_t) { self->on_written(ec); });
+                           boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t) {
+                             self->on_written(ec);
+                           }));
 }
 
 void tcp_stream::on_written(error_code ec) {

@@ -1,90 +1,91 @@
-// Counts the program's heap allocations, so a test can assert that steady-state operations make
-// none. Include from exactly one file per program: it replaces the global operator new and
-// delete, every form of them, so that all of them agree (as a sanitizer's checks require).
+// Counts the program's heap allocations (every malloc-family call, so operator new and Asio's
+// own aligned allocations alike), so that a test can assert that steady-state operations make
+// none. Include from exactly one file per program.
+//
+// Under AddressSanitizer the sanitizer owns malloc and reports each call to a hook; elsewhere
+// this file replaces glibc's malloc family with forwarders to glibc's own implementation.
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
-#include <cstdlib>
-#include <new>
 
 namespace coverbs::test {
 inline std::atomic<std::size_t> allocations{0};
+inline void count_allocation() noexcept {
+  allocations.fetch_add(1, std::memory_order_relaxed);
 }
+}  // namespace coverbs::test
 
-// GCC cannot see that the replacements below pair malloc with free.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COVERBS_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(COVERBS_TEST_ASAN)
+
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*,
+                                                                             std::size_t),
+                                                         void (*free_hook)(const volatile void*));
 
 namespace coverbs::test::counting {
-inline void* allocate(std::size_t n, std::size_t align = 0) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  if (align > alignof(std::max_align_t)) return std::aligned_alloc(align, (n + align - 1) / align * align);
-  return std::malloc(n);
+inline void on_malloc(const volatile void*, std::size_t) {
+  count_allocation();
 }
-inline void* allocate_or_throw(std::size_t n, std::size_t align = 0) {
-  if (void* p = allocate(n, align)) return p;
-  throw std::bad_alloc();
-}
+inline void on_free(const volatile void*) {}  // the sanitizer takes both hooks or neither
+[[maybe_unused]] static const int installed = __sanitizer_install_malloc_and_free_hooks(&on_malloc, &on_free);
 }  // namespace coverbs::test::counting
 
-void* operator new(std::size_t n) {
-  return coverbs::test::counting::allocate_or_throw(n);
+#else
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void* __libc_valloc(std::size_t);
+void* __libc_pvalloc(std::size_t);
+void __libc_free(void*);
+
+void* malloc(std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_malloc(n);
 }
-void* operator new[](std::size_t n) {
-  return coverbs::test::counting::allocate_or_throw(n);
+void* calloc(std::size_t count, std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_calloc(count, n);
 }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return coverbs::test::counting::allocate(n);
+void* realloc(void* p, std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_realloc(p, n);
 }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return coverbs::test::counting::allocate(n);
+void* memalign(std::size_t align, std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_memalign(align, n);
 }
-void* operator new(std::size_t n, std::align_val_t a) {
-  return coverbs::test::counting::allocate_or_throw(n, static_cast<std::size_t>(a));
+void* aligned_alloc(std::size_t align, std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_memalign(align, n);
 }
-void* operator new[](std::size_t n, std::align_val_t a) {
-  return coverbs::test::counting::allocate_or_throw(n, static_cast<std::size_t>(a));
+int posix_memalign(void** out, std::size_t align, std::size_t n) {
+  if (align % sizeof(void*) != 0 || (align & (align - 1)) != 0) return EINVAL;
+  coverbs::test::count_allocation();
+  void* p = __libc_memalign(align, n);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
 }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return coverbs::test::counting::allocate(n, static_cast<std::size_t>(a));
+void* valloc(std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_valloc(n);
 }
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return coverbs::test::counting::allocate(n, static_cast<std::size_t>(a));
+void* pvalloc(std::size_t n) {
+  coverbs::test::count_allocation();
+  return __libc_pvalloc(n);
 }
-void operator delete(void* p) noexcept {
-  std::free(p);
+void free(void* p) {
+  __libc_free(p);
 }
-void operator delete[](void* p) noexcept {
-  std::free(p);
 }
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
+
+#endif

@@ -208,7 +208,7 @@ class socket {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint32_t)>(
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex) {
           if (!impl) return not_open(std::move(handler), ex, std::uint32_t{0});
-          impl->receive_immediate(detail::immediate_handler(std::move(handler), impl->get_executor()));
+          impl->receive_immediate(detail::immediate_handler(std::move(handler), impl->get_executor(), impl->allocator()));
         },
         token, impl_, executor_);
   }
@@ -248,7 +248,7 @@ class socket {
         [member](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
                  const BufferSequence& buffers) {
           if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          ((*impl).*member)(Buffers(buffers), detail::size_handler(std::move(handler), impl->get_executor()));
+          ((*impl).*member)(Buffers(buffers), detail::size_handler(std::move(handler), impl->get_executor(), impl->allocator()));
         },
         token, impl_, executor_, buffers);
   }
@@ -264,7 +264,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          impl->start_transfer(request, detail::size_handler(std::move(handler), impl->get_executor()));
+          impl->start_transfer(request, detail::size_handler(std::move(handler), impl->get_executor(), impl->allocator()));
         },
         token, impl_, executor_, request);
   }
@@ -274,7 +274,7 @@ class socket {
         [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
            const detail::one_sided_request& request) {
           if (!impl) return not_open(std::move(handler), ex, std::uint64_t{0});
-          impl->start_atomic(request, detail::value_handler(std::move(handler), impl->get_executor()));
+          impl->start_atomic(request, detail::value_handler(std::move(handler), impl->get_executor(), impl->allocator()));
         },
         token, impl_, executor_, request);
   }

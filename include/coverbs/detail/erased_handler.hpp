@@ -14,9 +14,10 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/recycling_allocator.hpp>
 #include <memory>
 #include <utility>
+
+#include "coverbs/detail/operation_memory.hpp"
 
 namespace coverbs::detail {
 
@@ -27,21 +28,28 @@ template <class... Args>
 class erased_handler<void(Args...)> {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
+  using allocator_type = operation_allocator<void>;
 
   erased_handler() noexcept = default;
 
   /// Takes `handler`; when invoked it runs on the handler's associated executor, by default
   /// `io_executor` (inline when that is this thread's). Storage comes from the handler's
-  /// allocator, by default Asio's per-thread recycling cache: none in steady state.
+  /// allocator, by default the connection's `memory`, which also serves the posts that
+  /// complete it: none in steady state.
   template <class Handler>
-  erased_handler(Handler&& handler, const boost::asio::any_io_executor& io_executor)
-      : impl_(holder<std::decay_t<Handler>>::create(std::forward<Handler>(handler), io_executor)) {}
+  erased_handler(Handler&& handler, const boost::asio::any_io_executor& io_executor,
+                 const operation_allocator<void>& memory)
+      : impl_(holder<std::decay_t<Handler>>::create(std::forward<Handler>(handler), io_executor, memory)),
+        memory_(memory) {}
 
-  erased_handler(erased_handler&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
+  // The memory is copied, not moved: Asio may ask a moved-from handler for its allocator.
+  erased_handler(erased_handler&& other) noexcept
+      : impl_(std::exchange(other.impl_, nullptr)), memory_(other.memory_) {}
   erased_handler& operator=(erased_handler&& other) noexcept {
     if (this != &other) {
       reset();
       impl_ = std::exchange(other.impl_, nullptr);
+      memory_ = other.memory_;
     }
     return *this;
   }
@@ -56,6 +64,9 @@ class erased_handler<void(Args...)> {
   cancellation_slot_type get_cancellation_slot() const noexcept {
     return impl_ != nullptr ? impl_->slot : cancellation_slot_type();
   }
+
+  /// The connection's operation memory (Asio allocates the posts of this handler from it).
+  allocator_type get_allocator() const noexcept { return memory_; }
 
   /// Completes the held handler with `args`; this erased_handler is empty afterwards.
   void operator()(Args... args) {
@@ -72,30 +83,30 @@ class erased_handler<void(Args...)> {
     void (*invoke)(base*, Args...);
     void (*destroy)(base*) noexcept;
     cancellation_slot_type slot;
+    allocator_type memory;
   };
 
   template <class Handler>
   struct holder final : base {
-    using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
-        Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<holder>;
+    using holder_allocator = typename std::allocator_traits<
+        boost::asio::associated_allocator_t<Handler, allocator_type>>::template rebind_alloc<holder>;
 
-    holder(Handler&& h, const boost::asio::any_io_executor& ex)
-        : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
+    holder(Handler&& h, const boost::asio::any_io_executor& ex, const allocator_type& memory)
+        : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h), memory},
           handler(std::move(h)),
           io_executor(ex) {}
 
-    static allocator_type allocator_of(const Handler& h) {
-      return allocator_type(
-          boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>()));
+    static holder_allocator allocator_of(const Handler& h, const allocator_type& memory) {
+      return holder_allocator(boost::asio::get_associated_allocator(h, memory));
     }
 
-    static base* create(Handler&& h, const boost::asio::any_io_executor& ex) {
-      allocator_type alloc = allocator_of(h);
-      holder* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    static base* create(Handler&& h, const boost::asio::any_io_executor& ex, const allocator_type& memory) {
+      holder_allocator alloc = allocator_of(h, memory);
+      holder* p = std::allocator_traits<holder_allocator>::allocate(alloc, 1);
       try {
-        return ::new (static_cast<void*>(p)) holder(std::move(h), ex);
+        return ::new (static_cast<void*>(p)) holder(std::move(h), ex, memory);
       } catch (...) {
-        std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+        std::allocator_traits<holder_allocator>::deallocate(alloc, p, 1);
         throw;
       }
     }
@@ -106,9 +117,10 @@ class erased_handler<void(Args...)> {
       auto* self = static_cast<holder*>(b);
       std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler),
                                                                 std::move(self->io_executor));
-      allocator_type alloc = allocator_of(contents.first);
+      const allocator_type memory(std::move(self->memory));
+      holder_allocator alloc = allocator_of(contents.first, memory);
       self->~holder();
-      std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+      std::allocator_traits<holder_allocator>::deallocate(alloc, self, 1);
       return contents;
     }
 
@@ -124,6 +136,7 @@ class erased_handler<void(Args...)> {
   };
 
   base* impl_ = nullptr;
+  allocator_type memory_{nullptr};
 };
 
 }  // namespace coverbs::detail

@@ -6,12 +6,16 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
 
 #include "coverbs/detail/buffer_list.hpp"
 #include "coverbs/detail/fifo.hpp"
+#include "coverbs/detail/operation_memory.hpp"
 #include "coverbs/detail/erased_handler.hpp"
 #include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/error.hpp"
@@ -47,6 +51,8 @@ class stream_core : public handler_holder {
   stream_core& operator=(const stream_core&) = delete;
 
   const boost::asio::any_io_executor& get_executor() const noexcept { return executor_; }
+  /// Where this connection's operations and their handlers are allocated (operation_memory).
+  operation_allocator<void> allocator() const noexcept { return operation_allocator<void>(memory_); }
 
   /// Stream read: at least one byte, or eof once the peer shut down and all was read.
   void read_some(const mutable_buffer_list& buffers, size_handler handler);
@@ -122,6 +128,19 @@ class stream_core : public handler_holder {
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
   bool failed() const noexcept { return failure_.has_value(); }
+  /// Runs `handler` (a completion bound to its results) on the stream's executor: posted when
+  /// `defer`, else dispatched. Straight to the io_context's executor where that is the stream's:
+  /// through any_io_executor a post allocates twice (a type-erased function, then its operation).
+  template <class Handler>
+  void hand_over(Handler&& handler, bool defer) const {
+    using io_context_executor = boost::asio::io_context::executor_type;
+    if (const auto* ex = executor_.target<io_context_executor>()) {
+      if (defer) return boost::asio::post(*ex, std::forward<Handler>(handler));
+      return boost::asio::dispatch(*ex, std::forward<Handler>(handler));
+    }
+    if (defer) return boost::asio::post(executor_, std::forward<Handler>(handler));
+    boost::asio::dispatch(executor_, std::forward<Handler>(handler));
+  }
   /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
   void destroy_pending() noexcept;
 
@@ -153,6 +172,7 @@ class stream_core : public handler_holder {
   void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
+  std::shared_ptr<operation_memory> memory_ = std::make_shared<operation_memory>();
   fifo<segment> bytes_;
   std::size_t front_offset_ = 0;
   fifo<segment> messages_;

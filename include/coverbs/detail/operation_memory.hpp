@@ -1,0 +1,95 @@
+// The memory a connection's operations are allocated from: handlers waiting in the stream,
+// the transport's own reads, writes and work requests, and the posts that complete them.
+//
+// Asio's default for such memory is a per-thread cache of two blocks per purpose; a thread that
+// serves several connections has more operations in flight than that, so every operation would
+// go to malloc. This pool keeps the blocks a connection has used (grouped by size) and hands
+// them out again; it frees them when the connection and the last of its operations are gone.
+// Like the connection itself it is used from one thread at a time (its executor).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <utility>
+
+namespace coverbs::detail {
+
+class operation_memory {
+ public:
+  operation_memory() = default;
+  operation_memory(const operation_memory&) = delete;
+  operation_memory& operator=(const operation_memory&) = delete;
+  ~operation_memory() {
+    for (block*& head : free_) {
+      while (head != nullptr)
+        ::operator delete (std::exchange(head, head->next), std::align_val_t{alignment});
+    }
+  }
+
+  void* allocate(std::size_t size) {
+    const std::size_t c = size_class(size);
+    if (c == classes) return ::operator new (size, std::align_val_t{alignment});
+    if (block* b = free_[c]) {
+      free_[c] = b->next;
+      return b;
+    }
+    return ::operator new (class_size(c), std::align_val_t{alignment});
+  }
+
+  void deallocate(void* p, std::size_t size) noexcept {
+    const std::size_t c = size_class(size);
+    if (c == classes) return ::operator delete (p, std::align_val_t{alignment});
+    free_[c] = ::new (p) block{free_[c]};
+  }
+
+ private:
+  struct block {
+    block* next;
+  };
+  static constexpr std::size_t alignment = alignof(std::max_align_t);
+  static constexpr std::size_t classes = 5;  // 128 B to 2 KiB; larger ones are not kept
+  static constexpr std::size_t class_size(std::size_t c) noexcept { return std::size_t{128} << c; }
+  static std::size_t size_class(std::size_t size) noexcept {
+    std::size_t c = 0;
+    while (c < classes && class_size(c) < size) ++c;
+    return c;
+  }
+
+  std::array<block*, classes> free_{};
+};
+
+/// An allocator over a connection's operation_memory, which it keeps alive.
+template <class T>
+class operation_allocator {
+ public:
+  using value_type = T;
+
+  explicit operation_allocator(std::shared_ptr<operation_memory> memory) noexcept
+      : memory_(std::move(memory)) {}
+  template <class U>
+  operation_allocator(const operation_allocator<U>& other) noexcept : memory_(other.memory()) {}
+
+  /// Without a pool (a default-constructed handler), plain operator new.
+  T* allocate(std::size_t n) {
+    if (!memory_)
+      return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(std::max_align_t)}));
+    return static_cast<T*>(memory_->allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (!memory_) return ::operator delete (p, std::align_val_t{alignof(std::max_align_t)});
+    memory_->deallocate(p, n * sizeof(T));
+  }
+
+  const std::shared_ptr<operation_memory>& memory() const noexcept { return memory_; }
+  template <class U>
+  bool operator==(const operation_allocator<U>& other) const noexcept {
+    return memory_ == other.memory();
+  }
+
+ private:
+  std::shared_ptr<operation_memory> memory_;
+};
+
+}  // namespace coverbs::detail
