@@ -7,47 +7,14 @@
 #   rdma: on $COVERBS_VM_IP, client forced to RDMA, a 64 MiB file (run it through test/rdma-launcher);
 #         the checks that involve the transport, as each process costs seconds in the emulated VM
 # shellcheck disable=SC2016,SC2034,SC2317 # check's conditions are quoted to be evaluated later
-set -uo pipefail
 [ $# = 3 ] || [ $# = 4 ] || { sed -n '2,9s/^# //p' "$0" >&2; exit 2; }
-mode=$1 server=$2 client=$3
-case $mode in
-    tcp) addr=127.0.0.1 mib=${4:-256} ;;
-    rdma) addr=${COVERBS_VM_IP:?"needs COVERBS_VM_IP: run it through test/rdma-launcher"} mib=${4:-64} ;;
-    *) echo "unknown mode '$mode'" >&2; exit 2 ;;
-esac
+usage_lines=2,9 expect_limit=120 finish_limit=60 fail_tail=20
+# shellcheck source=test/examples/lib.sh
+. "$(dirname "$0")/lib.sh"
+if tcp; then mib=${4:-256}; else mib=${4:-64}; fi
 # The VM emulates AVX2 slowly (TCG): OpenSSL's SHA-256 runs about twice as fast without it.
 [ "${COVERBS_VM:-0}" != 1 ] || export OPENSSL_ia32cap=":~0x20"
-tcp() { [ "$mode" = tcp ]; }
-work=$(mktemp -d)
 chmod 755 "$work"  # the permission checks run programs as nobody
-pids=()
-# shellcheck disable=SC2317 # runs from the EXIT trap
-cleanup() {
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    chmod -R u+rwx "$work" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-failed=0 start=$SECONDS
-
-last=${EPOCHREALTIME/./}
-stamp() {  # sets took: the time since the previous check, in seconds with one decimal
-    local now=${EPOCHREALTIME/./}
-    local d=$(((now - last) / 100000))
-    last=$now took="$((d / 10)).$((d % 10)) s"
-}
-pass() { stamp; echo "PASS $1 ($took)"; }
-fail() { stamp; echo "FAIL $1 ($took)"; [ ! -s "$work/out" ] || sed 's/^/    | /' "$work/out" | tail -20; failed=1; }
-check() { if eval "$2"; then pass "$1"; else fail "$1"; fi; }  # check DESCRIPTION SHELL-CONDITION
-
-# expect RC DESCRIPTION PATTERN CMD...: CMD exits with RC (within 120 s) and prints PATTERN.
-expect() {
-    local want=$1 what=$2 pattern=$3; shift 3
-    timeout -k 5 120 "$@" >"$work/out" 2>&1
-    local rc=$?
-    if [ $rc != "$want" ]; then fail "$what: exit $rc, expected $want"; else out_has "$pattern" "$what"; fi
-}
-out_has() { if grep -Eq -- "$1" "$work/out"; then pass "$2"; else fail "$2: no line matching '$1'"; fi; }
 
 # Programs run as nobody for the permission checks: root would read and write anything.
 as_user=()
@@ -57,15 +24,7 @@ as_user=()
 start_server() {
     local dir=$1; shift
     log=$work/server-$RANDOM.log
-    "$@" "$server" --dir "$dir" --listen "$addr" --port 0 >"$log" 2>&1 &
-    server_pid=$! port=
-    pids+=("$server_pid")
-    for _ in $(seq 600); do
-        port=$(sed -n 's/^file_server: listening on .*:\([0-9]*\) (.*$/\1/p' "$log" 2>/dev/null)
-        if [ -n "$port" ] || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    [ -n "$port" ] || { cp "$log" "$work/out"; fail "server did not report its port"; exit 1; }
+    launch "$log" "$@" "$server" --dir "$dir" --listen "$addr" --port 0
     to_server=("$client" --connect "$addr" --port "$port" --transport "$mode")
 }
 
@@ -73,13 +32,6 @@ start_server() {
 wait_for() {
     for _ in $(seq 600); do grep -sEq -- "$2" "$1" && return 0; sleep 0.1; done
     return 1
-}
-# finish PID: sets rc to PID's exit status once it ends, or to "hung" (and kills it) after 60 s.
-finish() {
-    for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; wait "$1" 2>/dev/null; rc=hung; return; fi
-    wait "$1" 2>/dev/null
-    rc=$?
 }
 names() { find "$1" -mindepth 1 -maxdepth 1 -printf '%f\n'; }  # names DIR: hidden ones too
 # only_files DIR NAMES...: DIR holds exactly these names (hidden ones included).
@@ -251,5 +203,4 @@ if tcp; then
 fi
 
 [ $failed = 0 ] || { echo "-- the last server's log:"; tail -30 "$log"; }
-echo "== $mode: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
-exit $failed
+summary

@@ -4,62 +4,15 @@
 # Usage: kv_example_test.sh tcp|rdma KV_SERVER KV_CLIENT
 #   tcp:  on 127.0.0.1, client forced to TCP
 #   rdma: on $COVERBS_VM_IP, client forced to RDMA (run it through test/rdma-launcher)
-set -uo pipefail
-[ $# = 3 ] || { sed -n '2,6s/^# //p' "$0" >&2; exit 2; }
-mode=$1 server=$2 client=$3
-case $mode in
-    tcp) addr=127.0.0.1 ;;
-    rdma) addr=${COVERBS_VM_IP:?"needs COVERBS_VM_IP: run it through test/rdma-launcher"} ;;
-    *) echo "unknown mode '$mode'" >&2; exit 2 ;;
-esac
-work=$(mktemp -d)
-pids=()
-# shellcheck disable=SC2317 # runs from the EXIT trap
-cleanup() {
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-failed=0 start=$SECONDS
-
-last=${EPOCHREALTIME/./}
-stamp() {  # sets took: the time since the previous check
-    local now=${EPOCHREALTIME/./}
-    local d=$(((now - last) / 100000))
-    last=$now took="$((d / 10)).$((d % 10)) s"
-}
-pass() { stamp; echo "PASS $1 ($took)"; }
-fail() { stamp; echo "FAIL $1 ($took)"; [ ! -s "$work/out" ] || sed 's/^/    | /' "$work/out"; failed=1; }
-
-# expect RC DESCRIPTION PATTERN CMD...: CMD exits with RC (within 60 s) and prints PATTERN.
-expect() {
-    local want=$1 what=$2 pattern=$3; shift 3
-    timeout -k 5 60 "$@" >"$work/out" 2>&1
-    local rc=$?
-    if [ $rc != "$want" ]; then fail "$what: exit $rc, expected $want"; else out_has "$pattern" "$what"; fi
-}
-out_has() { if grep -Eq -- "$1" "$work/out"; then pass "$2"; else fail "$2: no line matching '$1'"; fi; }
+usage_lines=2,6
+# shellcheck source=test/examples/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # start_server ARGS...: sets server_pid, port and kv (the client command for this server and
 # transport), once the server says where it listens.
 start_server() {
-    "$server" --listen "$addr" --port 0 "$@" >"$work/server.log" 2>&1 &
-    server_pid=$! port=
-    pids+=("$server_pid")
-    for _ in $(seq 300); do
-        port=$(sed -n 's/^kv_server: listening on .*:\([0-9]*\) (.*)$/\1/p' "$work/server.log")
-        if [ -n "$port" ] || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    [ -n "$port" ] || { cp "$work/server.log" "$work/out"; fail "server did not report its port"; exit 1; }
+    launch "$work/server.log" "$server" --listen "$addr" --port 0 "$@"
     kv=("$client" --connect "$addr" --port "$port" --transport "$mode")
-}
-# finish PID: sets rc to PID's exit status once it ends, or to "hung" (and kills it) after 30 s.
-finish() {
-    for _ in $(seq 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; wait "$1" 2>/dev/null; rc=hung; return; fi
-    wait "$1" 2>/dev/null
-    rc=$?
 }
 log_has() {  # log_has PATTERN DESCRIPTION: the server log has a line matching PATTERN
     cp "$work/server.log" "$work/out"
@@ -179,5 +132,4 @@ if [ "$mode" = tcp ]; then  # the client's own watchdog, the same on both transp
     expect 1 "client gives up on a frozen server" 'no answer from .* for 2 s' "${kv[@]}" --timeout 2 get greeting
 fi
 
-echo "== $mode: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
-exit $failed
+summary
