@@ -117,12 +117,13 @@ void stream_core::watch(Pending& pending, op which) {
   }
 }
 
-void stream_core::complete(size_handler& handler, error_code ec, std::size_t n, bool defer) {
+template <class Handler, class Value>
+void stream_core::complete(Handler& handler, error_code ec, Value value, bool defer) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
   if (slot.is_connected()) slot.clear();
   // A handler never runs inside its initiating function: completions found there are posted.
   // Both hand over to the handler's own associated executor.
-  hand_over(boost::asio::append(std::move(handler), ec, n), defer);
+  hand_over(boost::asio::append(std::move(handler), ec, value), defer);
 }
 
 error_code stream_core::read_error() const {
@@ -295,9 +296,7 @@ void stream_core::fail_immediate_waiter(error_code ec, bool defer) {
   if (!immediate_waiter_) return;
   auto h = std::move(*immediate_waiter_);
   immediate_waiter_.reset();
-  auto slot = boost::asio::get_associated_cancellation_slot(h);
-  if (slot.is_connected()) slot.clear();
-  hand_over(boost::asio::append(std::move(h), ec, std::uint32_t{0}), defer);
+  complete(h, ec, std::uint32_t{0}, defer);
 }
 
 void stream_core::deliver_immediate(std::uint32_t immediate) {
@@ -307,9 +306,7 @@ void stream_core::deliver_immediate(std::uint32_t immediate) {
   }
   auto h = std::move(*immediate_waiter_);
   immediate_waiter_.reset();
-  auto slot = boost::asio::get_associated_cancellation_slot(h);
-  if (slot.is_connected()) slot.clear();
-  hand_over(boost::asio::append(std::move(h), error_code{}, immediate), false);
+  complete(h, error_code{}, immediate, false);
 }
 
 void stream_core::deliver_bytes(const segment& s) {

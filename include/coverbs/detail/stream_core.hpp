@@ -164,7 +164,10 @@ class stream_core : public handler_holder {
   void serve_receive(bool defer);
   void serve_write(bool defer);
   void serve_send(bool defer);
-  void complete(size_handler& handler, error_code ec, std::size_t n, bool defer);
+  /// Disconnects `handler`'s cancellation slot (its canceller points at this stream) and hands
+  /// it over with `ec` and `value`.
+  template <class Handler, class Value>
+  void complete(Handler& handler, error_code ec, Value value, bool defer);
   template <class Pending>
   void watch(Pending& pending, op which);
   error_code read_error() const;
