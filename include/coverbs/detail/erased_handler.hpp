@@ -71,19 +71,19 @@ class erased_handler<void(Args...)> {
   /// Completes the held handler with `args`; this erased_handler is empty afterwards.
   void operator()(Args... args) {
     base* impl = std::exchange(impl_, nullptr);
-    impl->invoke(impl, std::move(args)...);
+    impl->invoke(impl, memory_, std::move(args)...);
   }
 
   void reset() noexcept {
-    if (base* impl = std::exchange(impl_, nullptr)) impl->destroy(impl);
+    if (base* impl = std::exchange(impl_, nullptr)) impl->destroy(impl, memory_);
   }
 
  private:
+  // The connection's memory is not kept here: the erased_handler holds it and passes it in.
   struct base {
-    void (*invoke)(base*, Args...);
-    void (*destroy)(base*) noexcept;
+    void (*invoke)(base*, const allocator_type&, Args...);
+    void (*destroy)(base*, const allocator_type&) noexcept;
     cancellation_slot_type slot;
-    allocator_type memory;
   };
 
   template <class Handler>
@@ -91,8 +91,8 @@ class erased_handler<void(Args...)> {
     using holder_allocator = typename std::allocator_traits<
         boost::asio::associated_allocator_t<Handler, allocator_type>>::template rebind_alloc<holder>;
 
-    holder(Handler&& h, const boost::asio::any_io_executor& ex, const allocator_type& memory)
-        : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h), memory},
+    holder(Handler&& h, const boost::asio::any_io_executor& ex)
+        : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
           handler(std::move(h)),
           io_executor(ex) {}
 
@@ -104,7 +104,7 @@ class erased_handler<void(Args...)> {
       holder_allocator alloc = allocator_of(h, memory);
       holder* p = std::allocator_traits<holder_allocator>::allocate(alloc, 1);
       try {
-        return ::new (static_cast<void*>(p)) holder(std::move(h), ex, memory);
+        return ::new (static_cast<void*>(p)) holder(std::move(h), ex);
       } catch (...) {
         std::allocator_traits<holder_allocator>::deallocate(alloc, p, 1);
         throw;
@@ -113,23 +113,22 @@ class erased_handler<void(Args...)> {
 
     // Frees this holder and hands back its contents, so that the memory is free before the
     // handler runs and a handler starting the next operation reuses it.
-    static std::pair<Handler, boost::asio::any_io_executor> take(base* b) noexcept {
+    static std::pair<Handler, boost::asio::any_io_executor> take(base* b, const allocator_type& memory) noexcept {
       auto* self = static_cast<holder*>(b);
       std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler),
                                                                 std::move(self->io_executor));
-      const allocator_type memory(std::move(self->memory));
       holder_allocator alloc = allocator_of(contents.first, memory);
       self->~holder();
       std::allocator_traits<holder_allocator>::deallocate(alloc, self, 1);
       return contents;
     }
 
-    static void do_invoke(base* b, Args... args) {
-      auto [h, ex] = take(b);
+    static void do_invoke(base* b, const allocator_type& memory, Args... args) {
+      auto [h, ex] = take(b, memory);
       boost::asio::dispatch(ex, boost::asio::append(std::move(h), std::move(args)...));
     }
 
-    static void do_destroy(base* b) noexcept { take(b); }
+    static void do_destroy(base* b, const allocator_type& memory) noexcept { take(b, memory); }
 
     Handler handler;
     boost::asio::any_io_executor io_executor;
