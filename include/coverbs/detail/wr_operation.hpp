@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <system_error>
+#include <utility>
 
 #include "coverbs/detail/posting_queue.hpp"
 #include "coverbs/error.hpp"
@@ -94,32 +95,29 @@ class wr_operation final : public operation {
   wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
       : operation(&do_complete, &do_destroy), handler_(std::move(handler)), io_executor_(io_executor) {}
 
-  static void do_destroy(operation* base) {
-    auto* self = static_cast<wr_operation*>(base);
+  // Disconnects the handler's cancellation slot, frees the operation and hands back the
+  // handler and I/O executor: the memory is free before the handler runs (a handler that starts
+  // the next operation reuses it) or, when it is only destroyed, before whatever it owns goes.
+  static std::pair<Handler, boost::asio::any_io_executor> release(wr_operation* self) noexcept {
     auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) slot.clear();
-    Handler handler(std::move(self->handler_));
+    std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler_),
+                                                              std::move(self->io_executor_));
     allocator_type alloc(
-        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+        boost::asio::get_associated_allocator(contents.first, boost::asio::recycling_allocator<void>()));
     self->~wr_operation();
     std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
-    // `handler` goes last: it may own whatever owns this operation's queue.
+    return contents;
   }
+
+  // The handler may own whatever owns this operation's queue, so it goes last.
+  static void do_destroy(operation* base) { release(static_cast<wr_operation*>(base)); }
 
   static void do_complete(operation* base, bool defer) {
     auto* self = static_cast<wr_operation*>(base);
-    auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
-    if (slot.is_connected()) slot.clear();
     const error_code ec = result_error(*self);
     const auto value = Result::value(*self);
-    // Free the operation before running the handler so a handler that starts the next
-    // operation reuses this memory.
-    Handler handler(std::move(self->handler_));
-    boost::asio::any_io_executor io_executor(std::move(self->io_executor_));
-    allocator_type alloc(
-        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
-    self->~wr_operation();
-    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+    auto [handler, io_executor] = release(self);
     // Through the I/O executor, which hands over to the handler's associated executor (inline
     // when they are the same and we are on its thread). While the operation is pending the
     // completion loop's own wait keeps the I/O executor's context running.
