@@ -9,20 +9,22 @@ namespace coverbs::detail {
 namespace error = boost::asio::error;
 constexpr std::uint32_t no_buffer = ~0u;
 
-// The stream's own work requests come from its operation memory, as its users' do.
-struct rdma_stream::receive_done {
+namespace {
+// A work request of the stream's own, on one of its buffers; it comes from the stream's
+// operation memory, as its users' requests do.
+struct buffer_request {
   std::shared_ptr<rdma_stream> self;
   std::uint32_t index;
   using allocator_type = operation_allocator<void>;
   allocator_type get_allocator() const noexcept { return self->allocator(); }
+};
+}  // namespace
+
+struct rdma_stream::receive_done : buffer_request {
   void operator()(error_code ec, received r) { self->on_receive(index, ec, r); }
 };
 
-struct rdma_stream::send_done {
-  std::shared_ptr<rdma_stream> self;
-  std::uint32_t index;
-  using allocator_type = operation_allocator<void>;
-  allocator_type get_allocator() const noexcept { return self->allocator(); }
+struct rdma_stream::send_done : buffer_request {
   void operator()(error_code ec, std::size_t) { self->on_send(index, ec); }
 };
 
@@ -58,7 +60,7 @@ void rdma_stream::start() {
 void rdma_stream::post_receive(std::uint32_t index) {
   ++receives_posted_;
   auto buffer = receive_mr_.slice(std::size_t{index} * local_.buffer_size, local_.buffer_size);
-  detail::start<received_result>(receive_done{shared_from_this(), index}, qp_->receive_queue(), false,
+  detail::start<received_result>(receive_done{{shared_from_this(), index}}, qp_->receive_queue(), false,
                          [&](operation& op) {
                            op.sge = {reinterpret_cast<std::uint64_t>(buffer.data), buffer.size, buffer.lkey};
                          });
@@ -74,7 +76,7 @@ void rdma_stream::post_send(std::uint32_t index, std::size_t length, std::uint32
   --(index == no_buffer ? control_credits_ : credits_);
   ++sends_posted_;
   const std::uint32_t imm = flags | take_credits();
-  detail::start<bytes_result>(send_done{shared_from_this(), index}, qp_->send_queue(), true, [&](operation& op) {
+  detail::start<bytes_result>(send_done{{shared_from_this(), index}}, qp_->send_queue(), true, [&](operation& op) {
     if (index == no_buffer) {
       op.wr.send.num_sge = 0;
     } else {
