@@ -113,7 +113,8 @@ class erased_handler<void(Args...)> {
 
     // Frees this holder and hands back its contents, so that the memory is free before the
     // handler runs and a handler starting the next operation reuses it.
-    static std::pair<Handler, boost::asio::any_io_executor> take(base* b, const allocator_type& memory) noexcept {
+    static std::pair<Handler, boost::asio::any_io_executor> take(base* b,
+                                                                 const allocator_type& memory) noexcept {
       auto* self = static_cast<holder*>(b);
       std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler),
                                                                 std::move(self->io_executor));
