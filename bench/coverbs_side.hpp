@@ -35,6 +35,7 @@ struct network {
   coverbs::transport kind = coverbs::transport::tcp;
   asio::ip::address address = asio::ip::make_address("127.0.0.1");
   std::vector<coverbs::polling_mode> modes{coverbs::polling_mode::event};
+  coverbs::socket_options defaults;  ///< pool geometry (--buffer-size, --receive-buffers)
 
   std::string_view transport_name() const { return kind == coverbs::transport::rdma ? "rdma" : "tcp"; }
   /// Polling modes only change RDMA completions; over TCP the name is "-".
@@ -46,7 +47,12 @@ struct network {
     if (kind == coverbs::transport::tcp) return {coverbs::polling_mode::event};
     return modes;
   }
-  coverbs::socket_options options(coverbs::polling_mode m) const { return {.kind = kind, .mode = m}; }
+  coverbs::socket_options options(coverbs::polling_mode m) const {
+    coverbs::socket_options o = defaults;
+    o.kind = kind;
+    o.mode = m;
+    return o;
+  }
 
   /// Runs one case between coverbs sockets in polling mode `m`.
   template <class Serve, class Client>
@@ -87,6 +93,10 @@ struct network {
           args.bad_value("a comma-separated list of event, busy, adaptive");
         }
       }
+    } else if (arg == "--buffer-size") {
+      defaults.buffer_size = static_cast<std::uint32_t>(args.number_value(64, 64 << 20));
+    } else if (arg == "--receive-buffers") {
+      defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
     } else {
       return false;
     }
@@ -98,6 +108,8 @@ constexpr std::string_view network_usage =
     "  --transport T   rdma or tcp (default tcp); RDMA needs --address of an RDMA device\n"
     "  --address A     where the server listens and the client connects (default 127.0.0.1)\n"
     "  --modes LIST    RDMA completion polling modes, comma-separated: event, busy, adaptive\n"
-    "                  (default event); over TCP there is no polling mode and this is ignored\n";
+    "                  (default event); over TCP there is no polling mode and this is ignored\n"
+    "  --buffer-size N      socket_options::buffer_size: each stream buffer (default 64K)\n"
+    "  --receive-buffers N  socket_options::receive_buffers: buffers each side (default 32)\n";
 
 }  // namespace bench
