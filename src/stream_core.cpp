@@ -6,6 +6,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <type_traits>
+#include <utility>
 
 namespace coverbs::detail {
 
@@ -214,7 +215,7 @@ void stream_core::shutdown_sending() {
 }
 
 void stream_core::serve_write(bool defer) {
-  if (!write_) return;
+  if (!write_ || direct_bytes_ > 0) return;
   error_code ec;
   std::size_t n = 0;
   if (sending_shut_) {
@@ -222,12 +223,22 @@ void stream_core::serve_write(bool defer) {
   } else if (failure_) {
     ec = write_error();
   } else if (!write_->buffers.empty()) {
+    if ((direct_bytes_ = transmit_direct(write_->buffers)) > 0) return;
     n = transmit(write_->buffers, false);
     if (n == 0) return;  // no credit or buffer now; capacity_available() retries
   }
   auto h = std::move(write_->handler);
   write_.reset();
   complete(h, ec, n, defer);
+}
+
+void stream_core::direct_write_done(error_code ec) {
+  const std::size_t n = std::exchange(direct_bytes_, 0);
+  if (!write_) return;  // destroyed with the context
+  auto h = std::move(write_->handler);
+  write_.reset();
+  if (ec && failure_) ec = write_error();
+  complete(h, ec, ec ? 0 : n, false);
 }
 
 void stream_core::send_message(const const_buffer_list& buffers, size_handler handler) {
@@ -268,7 +279,9 @@ void stream_core::cancel(op which) {
   };
   switch (which) {
     case op::read: return abort(read_);
-    case op::write: return abort(write_);
+    // Bytes the transport is sending from the caller's memory cannot be recalled (the peer's
+    // framing counts them already): the write ends once they are out, or on close().
+    case op::write: return direct_bytes_ > 0 ? void() : abort(write_);
     case op::receive: return abort(receive_);
     case op::send: return abort(send_);
   }

@@ -8,6 +8,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <utility>
 
 namespace coverbs::detail {
 
@@ -25,6 +26,9 @@ constexpr std::size_t max_outgoing_bytes = 2u << 20;
 // gathered write takes, holding no more memory than the outgoing queue may.
 constexpr std::size_t max_spare_frames = 64;
 constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
+// Stream writes from this size on go out from the caller's memory (transmit_direct): below
+// it, copying into frames that many writes share costs less than a system call per write.
+constexpr std::size_t min_direct_bytes = 16 * 1024;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
@@ -414,11 +418,12 @@ std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
   return frame;
 }
 
-void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response) {
+void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response,
+                            bool direct) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
   outgoing_bytes_ += frame.size();
   if (response) ++responses_queued_;
-  outgoing_.push_back({std::move(frame), response});
+  outgoing_.push_back({std::move(frame), response, direct});
   if (!writing_) write_next();
 }
 
@@ -430,17 +435,25 @@ void tcp_stream::write_next() {
   writing_ = true;
   // Every queued frame (up to the gather array) in one write: one system call for a burst of
   // small frames instead of one each.
-  gathered_ = std::min(outgoing_.size(), gather_.size());
-  for (std::size_t i = 0; i < gathered_; ++i) gather_[i] = boost::asio::buffer(outgoing_[i].bytes);
-  boost::asio::async_write(socket_, std::span<const boost::asio::const_buffer>(gather_.data(), gathered_),
-                           boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t) {
-                             self->on_written(ec);
-                           }));
+  std::size_t pieces = 0;
+  for (gathered_ = 0; gathered_ < outgoing_.size(); ++gathered_) {
+    const outgoing_frame& f = outgoing_[gathered_];
+    const std::size_t payload = f.direct ? direct_pieces_ : 0;
+    if (pieces + 1 + payload > gather_.size() || (!f.direct && gathered_ == 32)) break;
+    gather_[pieces++] = boost::asio::buffer(f.bytes);
+    for (std::size_t i = 0; i < payload; ++i) gather_[pieces++] = direct_payload_[i];
+  }
+  boost::asio::async_write(
+      socket_, std::span<const boost::asio::const_buffer>(gather_.data(), pieces),
+      boost::asio::bind_allocator(
+          allocator(), [self = shared_from_this()](error_code ec, std::size_t) { self->on_written(ec); }));
 }
 
 void tcp_stream::on_written(error_code ec) {
+  bool direct_sent = false;
   for (; gathered_ > 0; --gathered_) {
     outgoing_frame& sent = outgoing_.front();
+    direct_sent = direct_sent || sent.direct;
     outgoing_bytes_ -= sent.bytes.size();
     if (sent.response) --responses_queued_;
     if (spare_frames_.size() < max_spare_frames && spare_bytes_ + sent.bytes.capacity() <= max_spare_bytes) {
@@ -454,9 +467,15 @@ void tcp_stream::on_written(error_code ec) {
     // The peer is gone (a write fails on a reset connection): reads report that, and writes
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
+    // Written or not, the direct frame's memory is its writer's again.
+    if (std::exchange(direct_queued_, false)) direct_write_done(ec ? ec : error::operation_aborted);
     return;
   }
   write_next();
+  if (direct_sent) {
+    direct_queued_ = false;
+    direct_write_done({});
+  }
   resume_reading();
   send_requests();
   capacity_available();
@@ -481,6 +500,19 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
   buffers.take(frame.data() + wire::header_size, n);
   send_frame(h, std::move(frame));
   return n > 0 ? n : 1;  // an empty message still counts as sent
+}
+
+// A large write goes out as a header followed by the writer's own buffers, gathered into one
+// write; it completes once the kernel has taken them all, as a write on an Asio socket does.
+std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers) {
+  if (limit_ == 0 || stream_ended_ || broken_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
+  const std::size_t n = std::min<std::size_t>(buffers.bytes(), limit_);
+  if (n < min_direct_bytes) return 0;
+  direct_pieces_ = buffers.view_front(n, direct_payload_);
+  direct_queued_ = true;
+  send_frame({.type = frame_type::data, .payload_length = static_cast<std::uint32_t>(n)}, take_frame(0),
+             false, true);
+  return n;
 }
 
 // close(ok) ends this side's stream bytes and messages only; one-sided operations go on.

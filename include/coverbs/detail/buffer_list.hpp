@@ -2,6 +2,7 @@
 // templates or allocation.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/buffer.hpp>
 #include <cstddef>
@@ -12,6 +13,8 @@ namespace coverbs::detail {
 template <class Buffer>
 class buffer_list {
  public:
+  static constexpr std::size_t capacity = 16;
+
   /// Takes at most `capacity` buffers of `sequence`, skipping empty ones; a *_some operation
   /// may move fewer bytes than offered, so the rest of a longer sequence can wait.
   template <class Sequence>
@@ -30,6 +33,17 @@ class buffer_list {
     return total;
   }
   bool empty() const noexcept { return first_ == count_; }
+
+  /// The first `limit` bytes (fewer if the list holds fewer) as buffers in `out`, consuming
+  /// nothing; returns how many buffers that took.
+  std::size_t view_front(std::size_t limit, std::array<Buffer, capacity>& out) const noexcept {
+    std::size_t used = 0;
+    for (std::size_t i = first_; i < count_ && limit > 0; ++i) {
+      out[used++] = Buffer(buffers_[i].data(), std::min(limit, buffers_[i].size()));
+      limit -= out[used - 1].size();
+    }
+    return used;
+  }
 
   /// Copies up to `n` bytes from the front into `out`, consuming them; returns the count.
   std::size_t take(std::byte* out, std::size_t n) noexcept
@@ -64,7 +78,6 @@ class buffer_list {
   }
 
  private:
-  static constexpr std::size_t capacity = 16;
   std::array<Buffer, capacity> buffers_{};
   std::size_t count_ = 0;
   std::size_t first_ = 0;

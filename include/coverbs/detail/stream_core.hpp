@@ -150,6 +150,12 @@ class stream_core : public handler_holder {
   /// Sends what it can of `buffers` now and returns how many bytes it took (0: none possible).
   /// For a message it takes all or nothing.
   virtual std::size_t transmit(const_buffer_list& buffers, bool message) = 0;
+  /// Sends the first bytes of a stream write from the caller's memory, without copying, and
+  /// returns how many it took; the transport then calls `direct_write_done` once it no longer
+  /// reads that memory. 0: it will not, and `transmit` copies instead.
+  virtual std::size_t transmit_direct(const const_buffer_list&) { return 0; }
+  /// Ends the write `transmit_direct` took: its bytes were handed on (or the connection failed).
+  void direct_write_done(error_code ec);
 
  private:
   struct pending_read {
@@ -184,6 +190,9 @@ class stream_core : public handler_holder {
   std::optional<error_code> failure_;
   std::optional<pending_read> read_, receive_;
   std::optional<pending_write> write_, send_;
+  /// Bytes of write_ that the transport sends from the caller's memory; while it does, the
+  /// write cannot be recalled (nor completed by a failure) and ends in direct_write_done.
+  std::size_t direct_bytes_ = 0;
   fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
   std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;

@@ -58,10 +58,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   struct outgoing_frame {
     std::vector<std::byte> bytes;
     bool response = false;
+    bool direct = false;  ///< a data header whose payload is direct_payload_
   };
 
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
+  std::size_t transmit_direct(const const_buffer_list& buffers) override;
 
   // Receiving.
   void read_header();
@@ -93,7 +95,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Sending.
   std::vector<std::byte> take_frame(std::size_t payload);
-  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false);
+  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false,
+                  bool direct = false);
   void write_next();
   void on_written(error_code ec);
 
@@ -126,8 +129,13 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   fifo<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t spare_bytes_ = 0;  ///< capacity held by spare_frames_
-  std::array<boost::asio::const_buffer, 32> gather_;  ///< the frames being written
-  std::size_t gathered_ = 0;
+  /// The frames being written: up to 32 copied ones, or fewer and a direct one's pieces.
+  std::array<boost::asio::const_buffer, 32 + const_buffer_list::capacity> gather_;
+  std::size_t gathered_ = 0;  ///< frames in gather_
+  /// The payload of the queued direct frame: a stream write's own memory (transmit_direct).
+  std::array<boost::asio::const_buffer, const_buffer_list::capacity> direct_payload_;
+  std::size_t direct_pieces_ = 0;
+  bool direct_queued_ = false;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
