@@ -38,6 +38,11 @@ inline void socket_suite_cancelled_read(transport kind) {
   read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);
 }
 
+inline void socket_suite_cancelled_write(transport kind, std::size_t size) {
+  connected_pair p(kind);
+  write_cancelled_by_timer_moves_what_it_reports(p.io, p.a, p.b, size);
+}
+
 /// The Asio echo program, unchanged, over coverbs types: several concurrent clients.
 inline void ported_echo(transport kind) {
   namespace asio = boost::asio;

@@ -2,7 +2,10 @@
 // the io_context running them, so RDMA and TCP run the very same assertions.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
@@ -12,6 +15,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,6 +140,40 @@ inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& i
     std::array<char, 10> got;
     co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
     BOOST_TEST(std::string(got.data(), 10) == "still here");
+  });
+}
+
+/// A large write cancelled while the peer reads nothing ends with operation_aborted and the
+/// count of bytes it moved; the peer then reads exactly those bytes, intact, and what is
+/// written next. Over TCP the write's last piece goes out from the caller's memory and cannot
+/// be recalled: the write ends once the peer has made room for it, and counts it.
+inline void write_cancelled_by_timer_moves_what_it_reports(asio::io_context& io, socket& a, socket& b,
+                                                           std::size_t size) {
+  static const std::string marker = "next";
+  const auto data = random_bytes(size, 3);
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    asio::cancellation_signal signal;
+    std::optional<std::pair<error_code, std::size_t>> outcome;
+    asio::async_write(a, asio::buffer(data),
+                      asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
+                        outcome.emplace(ec, n);
+                        asio::async_write(a, asio::buffer(marker), [](error_code, std::size_t) {});
+                      }));
+    asio::steady_timer timer(io, std::chrono::milliseconds(200));
+    co_await timer.async_wait(asio::use_awaitable);
+    BOOST_TEST_REQUIRE(!outcome.has_value(), "the write finished although the peer read nothing");
+    signal.emit(asio::cancellation_type::terminal);
+    std::vector<std::byte> got(size + marker.size());
+    std::size_t have = 0;
+    while (!outcome || have < outcome->second + marker.size()) {
+      have += co_await b.async_read_some(asio::buffer(got) + have, asio::use_awaitable);
+    }
+    BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
+    BOOST_TEST(outcome->second < size);
+    BOOST_TEST_REQUIRE(have == outcome->second + marker.size());
+    BOOST_TEST(
+        std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
+    BOOST_TEST(std::memcmp(got.data() + outcome->second, marker.data(), marker.size()) == 0);
   });
 }
 

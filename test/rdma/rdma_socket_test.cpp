@@ -14,6 +14,9 @@ BOOST_AUTO_TEST_CASE(bulk) { test::socket_suite_bulk(transport::rdma, 4 << 20); 
 BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::rdma); }
 BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::rdma); }
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::rdma); }
+BOOST_AUTO_TEST_CASE(cancelled_write) {
+  test::socket_suite_cancelled_write(transport::rdma, 8 << 20);
+}
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
