@@ -5,12 +5,14 @@
 // serves several connections has more operations in flight than that, so every operation would
 // go to malloc. This pool keeps the blocks a connection has used (grouped by size) and hands
 // them out again; it frees them when the connection and the last of its operations are gone.
-// Like the connection itself it is used from one thread at a time (its executor).
+// Like the connection itself it is used from one thread at a time (its executor), and so is its
+// reference count: Asio copies an operation's allocator many times per operation, and with an
+// atomic count (a shared_ptr) those copies cost more than the pool saves.
 #pragma once
 
 #include <array>
+#include <boost/smart_ptr/intrusive_ptr.hpp>
 #include <cstddef>
-#include <memory>
 #include <new>
 #include <utility>
 
@@ -58,7 +60,19 @@ class operation_memory {
   }
 
   std::array<block*, classes> free_{};
+  std::size_t users_ = 0;  ///< the connection and every allocator copy
+
+  friend void intrusive_ptr_add_ref(operation_memory* m) noexcept { ++m->users_; }
+  friend void intrusive_ptr_release(operation_memory* m) noexcept {
+    if (--m->users_ == 0) destroy(m);
+  }
+  // Out of line: inlined, g++ 12 sees two allocator copies die in a row and warns that the
+  // second may touch the pool the first deleted (it cannot know the count stays above zero).
+  [[gnu::noinline]] static void destroy(operation_memory* m) noexcept { delete m; }
 };
+
+/// Shared ownership of a connection's operation_memory (see its reference count).
+using operation_memory_ptr = boost::intrusive_ptr<operation_memory>;
 
 /// An allocator over a connection's operation_memory, which it keeps alive.
 template <class T>
@@ -66,8 +80,7 @@ class operation_allocator {
  public:
   using value_type = T;
 
-  explicit operation_allocator(std::shared_ptr<operation_memory> memory) noexcept
-      : memory_(std::move(memory)) {}
+  explicit operation_allocator(operation_memory_ptr memory) noexcept : memory_(std::move(memory)) {}
   template <class U>
   operation_allocator(const operation_allocator<U>& other) noexcept : memory_(other.memory()) {}
 
@@ -82,14 +95,14 @@ class operation_allocator {
     memory_->deallocate(p, n * sizeof(T));
   }
 
-  const std::shared_ptr<operation_memory>& memory() const noexcept { return memory_; }
+  const operation_memory_ptr& memory() const noexcept { return memory_; }
   template <class U>
   bool operator==(const operation_allocator<U>& other) const noexcept {
     return memory_ == other.memory();
   }
 
  private:
-  std::shared_ptr<operation_memory> memory_;
+  operation_memory_ptr memory_;
 };
 
 }  // namespace coverbs::detail

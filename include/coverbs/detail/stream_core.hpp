@@ -181,7 +181,7 @@ class stream_core : public handler_holder {
   void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
-  std::shared_ptr<operation_memory> memory_ = std::make_shared<operation_memory>();
+  operation_memory_ptr memory_{new operation_memory};
   fifo<segment> bytes_;
   std::size_t front_offset_ = 0;
   fifo<segment> messages_;
