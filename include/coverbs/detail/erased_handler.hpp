@@ -12,9 +12,12 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "coverbs/detail/operation_memory.hpp"
@@ -126,6 +129,14 @@ class erased_handler<void(Args...)> {
 
     static void do_invoke(base* b, const allocator_type& memory, Args... args) {
       auto [h, ex] = take(b, memory);
+      // Where the handler's executor is an io_context running on this thread, dispatch would
+      // run it inline anyway, but only after wrapping it in a type-erased function (the
+      // any_io_executor's): about a sixth of a small echo's instructions. Run it directly.
+      const auto handler_ex = boost::asio::get_associated_executor(h, ex);
+      if constexpr (std::is_same_v<std::decay_t<decltype(handler_ex)>, boost::asio::any_io_executor>) {
+        const auto* io = handler_ex.template target<boost::asio::io_context::executor_type>();
+        if (io != nullptr && io->running_in_this_thread()) return std::move(h)(std::move(args)...);
+      }
       boost::asio::dispatch(ex, boost::asio::append(std::move(h), std::move(args)...));
     }
 
