@@ -71,41 +71,63 @@ tcp_stream::~tcp_stream() = default;
 
 void tcp_stream::start() {
   send_frame({.type = frame_type::hello, .length = wire::max_payload_size}, take_frame(0));
-  read_header();
+  read_frames();
 }
 
 // --- receiving ----------------------------------------------------------------------------
 
-void tcp_stream::read_header() {
-  if (closed_ || broken_ || reading_) return;
-  // A peer that runs ahead of the application, or that does not read its responses, is held
-  // back by TCP flow control once we stop reading.
-  if (held_bytes_ >= max_held_bytes || responses_queued_ >= max_unanswered) {
-    read_paused_ = true;
-    return;
+// Frames already in the inbox are handled in this loop, not by recursion: one system call can
+// bring a burst of hundreds of small frames.
+void tcp_stream::read_frames() {
+  while (!closed_ && !broken_ && !reading_) {
+    // A peer that runs ahead of the application, or that does not read its responses, is held
+    // back by TCP flow control once we stop reading.
+    if (held_bytes_ >= max_held_bytes || responses_queued_ >= max_unanswered) {
+      read_paused_ = true;
+      return;
+    }
+    read_paused_ = false;
+    if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
+    const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
+    const std::span<const std::byte, wire::header_size> header(inbox_.data() + inbox_begin_,
+                                                               wire::header_size);
+    if (wire::decode_header(header, header_, limit) || check_sequence()) return protocol_error();
+    inbox_begin_ += wire::header_size;
+    if (!take_payload()) return;  // the rest is on its way; on_payload goes on
+    handle_frame();
   }
-  read_paused_ = false;
-  if (header_have_ == header_bytes_.size()) return on_header({}, 0);  // came with the last payload
-  reading_ = true;
-  boost::asio::async_read(socket_, boost::asio::buffer(header_bytes_) + header_have_,
-                          boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-                            self->on_header(ec, n);
-                          }));
 }
 
+// Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
+// there could complete that very operation inside its initiating function, so it is posted.
 void tcp_stream::resume_reading() {
-  if (read_paused_) read_header();
+  if (!read_paused_) return;
+  read_paused_ = false;
+  boost::asio::post(get_executor(), boost::asio::bind_allocator(
+                                        allocator(), [self = shared_from_this()] { self->read_frames(); }));
 }
 
-void tcp_stream::on_header(error_code ec, std::size_t n) {
+// Reads at least the rest of a header, and as much more as has arrived: the frames that follow
+// a small frame usually come with it.
+void tcp_stream::fill_inbox() {
+  const std::size_t have = inbox_end_ - inbox_begin_;
+  std::memmove(inbox_.data(), inbox_.data() + inbox_begin_, have);  // the whole inbox is free after it
+  inbox_begin_ = 0;
+  inbox_end_ = have;
+  reading_ = true;
+  boost::asio::async_read(
+      socket_, boost::asio::buffer(inbox_) + have, boost::asio::transfer_at_least(wire::header_size - have),
+      boost::asio::bind_allocator(
+          allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
+}
+
+void tcp_stream::on_inbox(error_code ec, std::size_t n) {
   reading_ = false;
-  const std::size_t had = std::exchange(header_have_, 0);
+  inbox_end_ += n;
   if (closed_ || broken_) return;
-  if (ec == error::eof && had + n > 0) return connection_lost(truncated);
+  if (ec == error::eof && inbox_end_ > inbox_begin_) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
-  const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
-  if (wire::decode_header(header_bytes_, header_, limit) || check_sequence()) return protocol_error();
-  read_payload();
+  read_frames();
 }
 
 // The rules that need the connection's state; decode_header has checked the frame on its own.
@@ -136,7 +158,9 @@ error_code tcp_stream::check_response() const {
 }
 
 // decode_header bounded the payload by the negotiated limit, so this allocates at most that.
-void tcp_stream::read_payload() {
+// What the inbox holds of the payload is copied; the rest is read straight into place, along
+// with whatever follows it (into the inbox). True when the payload is whole already.
+bool tcp_stream::take_payload() {
   std::span<std::byte> into;
   if (header_.type == frame_type::data || header_.type == frame_type::message) {
     reading_slot_ = take_slot();
@@ -147,17 +171,22 @@ void tcp_stream::read_payload() {
     scratch_.resize(header_.payload_length);
     into = scratch_;
   }
-  if (into.empty()) return handle_frame();
+  const std::size_t ready = std::min(into.size(), inbox_end_ - inbox_begin_);
+  if (ready > 0) std::memcpy(into.data(), inbox_.data() + inbox_begin_, ready);
+  inbox_begin_ += ready;
+  if (ready == into.size()) return true;
+  inbox_begin_ = inbox_end_ = 0;  // all of it went into the payload
+  const std::size_t rest = into.size() - ready;
   reading_ = true;
-  // The next frame's header too, where it has arrived already: one read per frame, not two.
-  const std::array<boost::asio::mutable_buffer, 2> buffers{boost::asio::buffer(into.data(), into.size()),
-                                                          boost::asio::buffer(header_bytes_)};
-  boost::asio::async_read(socket_, buffers, boost::asio::transfer_at_least(into.size()),
-                          boost::asio::bind_allocator(allocator(), [self = shared_from_this(), size = into.size()](
-                                                                       error_code ec, std::size_t n) {
-                            self->header_have_ = n > size ? n - size : 0;
-                            self->on_payload(ec);
-                          }));
+  const std::array<boost::asio::mutable_buffer, 2> buffers{boost::asio::buffer(into.data() + ready, rest),
+                                                           boost::asio::buffer(inbox_)};
+  boost::asio::async_read(socket_, buffers, boost::asio::transfer_at_least(rest),
+                          boost::asio::bind_allocator(
+                              allocator(), [self = shared_from_this(), rest](error_code ec, std::size_t n) {
+                                self->inbox_end_ = n > rest ? n - rest : 0;
+                                self->on_payload(ec);
+                              }));
+  return false;
 }
 
 void tcp_stream::on_payload(error_code ec) {
@@ -166,6 +195,7 @@ void tcp_stream::on_payload(error_code ec) {
   if (ec == error::eof) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   handle_frame();
+  read_frames();
 }
 
 void tcp_stream::handle_frame() {
@@ -183,7 +213,6 @@ void tcp_stream::handle_frame() {
     case frame_type::write_response: on_response(); break;
     case frame_type::close: on_close(); break;
   }
-  read_header();
 }
 
 void tcp_stream::on_hello() {

@@ -66,12 +66,13 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t transmit_direct(const const_buffer_list& buffers) override;
 
   // Receiving.
-  void read_header();
+  void read_frames();
   void resume_reading();
-  void on_header(error_code ec, std::size_t n);
+  void fill_inbox();
+  void on_inbox(error_code ec, std::size_t n);
   error_code check_sequence() const;
   error_code check_response() const;
-  void read_payload();
+  bool take_payload();
   void on_payload(error_code ec);
   void handle_frame();
   void on_hello();
@@ -111,8 +112,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   boost::asio::ip::tcp::socket socket_;
   std::size_t max_message_;
   std::uint32_t limit_ = 0;  ///< negotiated payload limit; 0 until the peer's hello
-  std::array<std::byte, wire::header_size> header_bytes_{};
-  std::size_t header_have_ = 0;  ///< bytes of the next header read with the last payload
+  /// Bytes read past the frame in hand: the next frames, or their start, read by the same call.
+  std::vector<std::byte> inbox_ = std::vector<std::byte>(16 * 1024);
+  std::size_t inbox_begin_ = 0, inbox_end_ = 0;
   wire::frame_header header_;
   std::uint32_t reading_slot_ = 0;
   std::vector<std::vector<std::byte>> slots_;  ///< payloads of received data and messages
