@@ -6,6 +6,8 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
+#include <ctime>
+#include <optional>
 #include <thread>
 
 #include "async_pair.hpp"
@@ -218,6 +220,37 @@ BOOST_DATA_TEST_CASE(handlers_run_on_the_thread_running_the_executor, all_modes,
   runner.join();
   BOOST_TEST(seen.size() == 40u);
   for (auto id : seen) BOOST_TEST((id == io_thread));
+}
+
+// With a receive pending and nothing arriving, busy mode keeps polling (a CPU's worth of time)
+// while adaptive mode stops after its spin and sleeps until an event (almost none); in both the
+// receive then completes when a send comes, after adaptive mode's re-arm through the channel.
+BOOST_DATA_TEST_CASE(adaptive_mode_sleeps_after_its_spin_and_busy_mode_does_not,
+                     data::make({polling_mode::busy, polling_mode::adaptive}), mode) {
+  async_pair p({.mode = mode});
+  std::optional<std::size_t> received;
+  async_receive(p.b, p.b_mr.slice(0, 64), [&](error_code ec, std::size_t n) {
+    if (!ec) received = n;
+  });
+  const std::clock_t cpu_before = std::clock();  // this process's CPU time
+  const auto wall_before = std::chrono::steady_clock::now();
+  p.io.run_for(std::chrono::milliseconds(500));
+  const double cpu = static_cast<double>(std::clock() - cpu_before) / CLOCKS_PER_SEC;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+  BOOST_TEST_MESSAGE(mode << ": " << cpu << " s of CPU in " << wall << " s with a receive pending");
+  BOOST_TEST(!received.has_value());
+  if (mode == polling_mode::busy) {
+    BOOST_TEST(cpu > 0.5 * wall);
+  } else {
+    BOOST_TEST(cpu < 0.25 * wall);
+  }
+  p.io.restart();
+  async_send(p.a, p.a_mr.slice(0, 16), [](error_code, std::size_t) {});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!received && std::chrono::steady_clock::now() < deadline)
+    p.io.run_one_for(std::chrono::milliseconds(100));
+  BOOST_TEST_REQUIRE(received.has_value());
+  BOOST_TEST(*received == 16u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -57,6 +57,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void wait_for_event();
   void on_event();
   void on_poll_step();
+  /// Adaptive mode: whether the spin since the last completion has lasted `options.spin`.
+  bool spin_over(bool found);
   /// Takes every available completion into `done`; returns how many.
   std::size_t collect(op_queue& done);
   static void run_handlers(op_queue& done) noexcept;
@@ -67,7 +69,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   bool active_ = false;
   bool closed_ = false;
   bool abandoned_ = false;
-  std::chrono::steady_clock::time_point last_completion_{};
+  std::chrono::steady_clock::time_point spin_start_{};  ///< the first empty poll of this spin
+  unsigned empty_polls_ = 0;                            ///< since the last completion
 };
 
 template <class Predicate>
