@@ -25,7 +25,8 @@ enum class polling_mode {
 /// Settings of a completion service.
 struct completion_options {
   polling_mode mode = polling_mode::event;
-  std::chrono::microseconds spin{50};  ///< adaptive mode: how long to poll before arming
+  /// Adaptive mode: how long to poll before arming (checked every 16 empty polls).
+  std::chrono::microseconds spin{50};
   int entries = 4096;                   ///< completion queue depth
 };
 
