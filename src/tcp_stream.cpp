@@ -468,7 +468,7 @@ void tcp_stream::write_next() {
   for (gathered_ = 0; gathered_ < outgoing_.size(); ++gathered_) {
     const outgoing_frame& f = outgoing_[gathered_];
     const std::size_t payload = f.direct ? direct_pieces_ : 0;
-    if (pieces + 1 + payload > gather_.size() || (!f.direct && gathered_ == 32)) break;
+    if (gathered_ == max_gathered_frames || pieces + 1 + payload > gather_.size()) break;
     gather_[pieces++] = boost::asio::buffer(f.bytes);
     for (std::size_t i = 0; i < payload; ++i) gather_[pieces++] = direct_payload_[i];
   }
@@ -497,14 +497,11 @@ void tcp_stream::on_written(error_code ec) {
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
     // Written or not, the direct frame's memory is its writer's again.
-    if (std::exchange(direct_queued_, false)) direct_write_done(ec ? ec : error::operation_aborted);
+    if (direct_write_pending()) direct_write_done(ec ? ec : error::operation_aborted);
     return;
   }
   write_next();
-  if (direct_sent) {
-    direct_queued_ = false;
-    direct_write_done({});
-  }
+  if (direct_sent) direct_write_done({});
   resume_reading();
   send_requests();
   capacity_available();
@@ -538,7 +535,6 @@ std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers) {
   const std::size_t n = std::min<std::size_t>(buffers.bytes(), limit_);
   if (n < min_direct_bytes) return 0;
   direct_pieces_ = buffers.view_front(n, direct_payload_);
-  direct_queued_ = true;
   send_frame({.type = frame_type::data, .payload_length = static_cast<std::uint32_t>(n)}, take_frame(0),
              false, true);
   return n;

@@ -156,6 +156,8 @@ class stream_core : public handler_holder {
   virtual std::size_t transmit_direct(const const_buffer_list&) { return 0; }
   /// Ends the write `transmit_direct` took: its bytes were handed on (or the connection failed).
   void direct_write_done(error_code ec);
+  /// Whether the transport holds a write `transmit_direct` took and has not ended.
+  bool direct_write_pending() const noexcept { return direct_bytes_ > 0; }
 
  private:
   struct pending_read {

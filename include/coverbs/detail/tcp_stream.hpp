@@ -131,13 +131,14 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   fifo<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t spare_bytes_ = 0;  ///< capacity held by spare_frames_
-  /// The frames being written: up to 32 copied ones, or fewer and a direct one's pieces.
-  std::array<boost::asio::const_buffer, 32 + const_buffer_list::capacity> gather_;
+  /// Frames gathered into one write at most (a direct one counts as one frame).
+  static constexpr std::size_t max_gathered_frames = 32;
+  /// The frames being written, a direct one's payload pieces included.
+  std::array<boost::asio::const_buffer, max_gathered_frames + const_buffer_list::capacity> gather_;
   std::size_t gathered_ = 0;  ///< frames in gather_
   /// The payload of the queued direct frame: a stream write's own memory (transmit_direct).
   std::array<boost::asio::const_buffer, const_buffer_list::capacity> direct_payload_;
   std::size_t direct_pieces_ = 0;
-  bool direct_queued_ = false;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
