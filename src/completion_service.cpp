@@ -72,7 +72,7 @@ void completion_engine::start() {
     wait_for_event();
   } else {
     empty_polls_ = 0;
-    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+    poll_soon();
   }
 }
 
@@ -101,7 +101,7 @@ void completion_engine::on_event() {
     active_ = false;
   } else if (options.mode == polling_mode::adaptive) {
     empty_polls_ = 0;
-    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+    poll_soon();
   } else {
     wait_for_event();
   }
@@ -115,17 +115,21 @@ void completion_engine::on_poll_step() {
   if (outstanding_ == 0) {
     active_ = false;
   } else if (options.mode == polling_mode::busy || !spin_over(found)) {
-    boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+    poll_soon();
   } else {
     cq.request_notify();
     if (collect(done) > 0) {
       empty_polls_ = 0;
-      boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
+      poll_soon();
     } else {
       wait_for_event();
     }
   }
   run_handlers(done);
+}
+
+void completion_engine::poll_soon() {
+  boost::asio::post(executor, [self = shared_from_this()] { self->on_poll_step(); });
 }
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many

@@ -57,6 +57,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void wait_for_event();
   void on_event();
   void on_poll_step();
+  /// Posts the next poll step (busy and adaptive modes).
+  void poll_soon();
   /// Adaptive mode: whether the spin since the last completion has lasted `options.spin`.
   bool spin_over(bool found);
   /// Takes every available completion into `done`; returns how many.
