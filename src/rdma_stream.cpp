@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <boost/asio/error.hpp>
+#include <limits>
 
 namespace coverbs::detail {
 
@@ -25,7 +26,8 @@ struct rdma_stream::receive_done : buffer_request {
 };
 
 struct rdma_stream::send_done : buffer_request {
-  void operator()(error_code ec, std::size_t) { self->on_send(index, ec); }
+  bool direct;
+  void operator()(error_code ec, std::size_t) { self->on_send(index, ec, direct); }
 };
 
 rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
@@ -72,20 +74,20 @@ std::uint32_t rdma_stream::take_credits() noexcept {
   return n;
 }
 
-void rdma_stream::post_send(std::uint32_t index, std::size_t length, std::uint32_t flags) {
+void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct) {
   --(index == no_buffer ? control_credits_ : credits_);
   ++sends_posted_;
   const std::uint32_t imm = flags | take_credits();
-  detail::start<bytes_result>(send_done{{shared_from_this(), index}}, qp_->send_queue(), true, [&](operation& op) {
-    if (index == no_buffer) {
+  auto fill = [&](operation& op) {
+    if (data.size == 0) {
       op.wr.send.num_sge = 0;
     } else {
-      auto b = send_mr_->slice(std::size_t{index} * peer_.buffer_size, length);
-      op.sge = {reinterpret_cast<std::uint64_t>(b.data), b.size, b.lkey};
+      op.sge = {reinterpret_cast<std::uint64_t>(data.data), data.size, data.lkey};
     }
     op.wr.send.opcode = IBV_WR_SEND_WITH_IMM;
     op.wr.send.imm_data = htonl(imm);
-  });
+  };
+  detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct}, qp_->send_queue(), true, fill);
 }
 
 std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
@@ -94,19 +96,68 @@ std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
     if (free_send_.empty() || credits_ < 1 || fin_wanted_ || closed_) return 0;
     const std::uint32_t index = free_send_.back();
     free_send_.pop_back();
-    post_send(index, 0, stream_imm::message_bit);
+    post_send(index, {}, stream_imm::message_bit);
     return 1;
   }
-  while (!buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_) {
+  // A stream write copies no further than the next piece transmit_direct can send.
+  const std::size_t limit = message ? peer_.buffer_size : copyable_prefix(buffers);
+  while (total < limit && !buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ &&
+         !closed_) {
     const std::uint32_t index = free_send_.back();
     free_send_.pop_back();
     std::byte* out = send_memory_.get() + std::size_t{index} * peer_.buffer_size;
-    const std::size_t n = buffers.take(out, peer_.buffer_size);
-    post_send(index, n, message ? stream_imm::message_bit : 0);
+    const std::size_t n = buffers.take(out, std::min<std::size_t>(peer_.buffer_size, limit - total));
+    post_send(index, send_mr_->slice(std::size_t{index} * peer_.buffer_size, n),
+              message ? stream_imm::message_bit : 0);
     total += n;
     if (message) break;
   }
   return total;
+}
+
+// Stream bytes from memory registered on this connection go out as the same SENDs into the
+// peer's receive buffers as copied ones (the peer cannot tell them apart), each taking a credit
+// and a send-pool slot (which bounds the sends in flight) but not the slot's memory.
+std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
+  if (regions_.empty() || fin_wanted_ || closed_ || failed() || buffers.bytes() < min_direct_bytes) return 0;
+  std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
+  const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const verbs::memory_region* region = region_holding(pieces[i]);
+    if (region == nullptr) break;  // copied by transmit, once the direct sends before it are done
+    const auto* data = static_cast<const std::byte*>(pieces[i].data());
+    for (std::size_t left = pieces[i].size(); left > 0;) {
+      if (free_send_.empty() || credits_ < 1) return total;
+      const std::uint32_t index = free_send_.back();
+      free_send_.pop_back();
+      const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
+      ++direct_sends_;
+      post_send(index, {const_cast<std::byte*>(data), n, region->lkey()}, 0, true);
+      data += n;
+      left -= n;
+      total += n;
+    }
+  }
+  return total;
+}
+
+std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const noexcept {
+  if (regions_.empty()) return std::numeric_limits<std::size_t>::max();
+  std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
+  const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
+  std::size_t prefix = pieces[0].size();  // transmit_direct declined the first piece already
+  for (std::size_t i = 1; i < count && region_holding(pieces[i]) == nullptr; ++i) prefix += pieces[i].size();
+  return prefix;
+}
+
+const verbs::memory_region* rdma_stream::region_holding(boost::asio::const_buffer bytes) const noexcept {
+  const auto* begin = static_cast<const std::byte*>(bytes.data());
+  auto it = regions_by_address_.upper_bound(begin);
+  if (it == regions_by_address_.begin()) return nullptr;
+  const verbs::memory_region* region = std::prev(it)->second;  // the nearest start at or before
+  const std::span<std::byte> memory = region->memory();
+  return begin + bytes.size() <= memory.data() + memory.size() ? region : nullptr;
 }
 
 void rdma_stream::release(std::uint32_t tag) {
@@ -120,11 +171,11 @@ void rdma_stream::send_control_messages() {
   if (closed_ || failed()) return;
   if (fin_wanted_ && !fin_sent_ && control_credits_ >= 1) {
     fin_sent_ = true;
-    post_send(no_buffer, 0, stream_imm::fin_bit);
+    post_send(no_buffer, {}, stream_imm::fin_bit);
   }
   // Report re-posted buffers once half the pool is back, unless data will carry them soon.
   if (credits_to_return_ >= std::max<std::uint32_t>(1, local_.buffers / 2) && control_credits_ >= 1) {
-    post_send(no_buffer, 0, 0);
+    post_send(no_buffer, {}, 0);
   }
 }
 
@@ -159,17 +210,29 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   capacity_available();
 }
 
-void rdma_stream::on_send(std::uint32_t index, error_code ec) {
+void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   --sends_posted_;
   if (index != no_buffer) free_send_.push_back(index);
   if (index == no_buffer && !ec) ++control_credits_;
+  if (direct && ec && !direct_error_) direct_error_ = ec;
+  // The direct write ends when the device no longer reads the caller's memory: after its last
+  // send, failed ones included (a flushed request held the memory until its completion).
+  const bool direct_write_ended = direct && --direct_sends_ == 0;
+  if (direct_write_ended) retired_regions_.clear();
   if (closed_) {
     if (sends_posted_ == 0) finish_close();
-    return;
+  } else if (ec) {
+    deliver_failure(error::broken_pipe);
+  } else {
+    send_control_messages();
   }
-  if (ec) return deliver_failure(closed_ ? error_code(error::operation_aborted) : error_code(error::broken_pipe));
-  send_control_messages();
-  capacity_available();
+  if (direct_write_ended) {
+    const error_code first_error = std::exchange(direct_error_, {});
+    direct_write_done(first_error || !closed_
+                          ? first_error
+                          : error_code(error::operation_aborted));  // as close() ends writes
+  }
+  if (!closed_ && !ec) capacity_available();
 }
 
 void rdma_stream::shutdown_send() {
@@ -218,11 +281,26 @@ std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::a
   auto mr = std::make_unique<verbs::memory_region>(pd_, memory, rights);
   lkey = mr->lkey();
   remote = mr->remote();
-  regions_[lkey] = std::move(mr);  // lkeys are unique; rkeys of local-only regions are all 0
+  const auto& region = regions_[lkey] =
+      std::move(mr);  // lkeys are unique; rkeys of local-only regions are all 0
+  regions_by_address_.emplace(memory.data(), region.get());
   return lkey;
 }
 
-void rdma_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.erase(handle); }
+void rdma_stream::deregister_memory(std::uint32_t handle) noexcept {
+  const auto it = regions_.find(handle);
+  if (it == regions_.end()) return;
+  const auto [first, last] = regions_by_address_.equal_range(it->second->memory().data());
+  for (auto at = first; at != last; ++at) {
+    if (at->second == it->second.get()) {
+      regions_by_address_.erase(at);
+      break;
+    }
+  }
+  // A direct write may be sending from it: deregistering now would fail its sends.
+  if (direct_sends_ > 0) retired_regions_.push_back(std::move(it->second));
+  regions_.erase(it);
+}
 
 void rdma_stream::destroy_handlers() noexcept {
   const auto self = weak_from_this().lock();

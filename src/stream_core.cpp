@@ -234,6 +234,7 @@ void stream_core::serve_write(bool defer) {
 
 void stream_core::direct_write_done(error_code ec) {
   const std::size_t n = std::exchange(direct_bytes_, 0);
+  if (!ec) direct_total_ += n;
   if (!write_) return;  // destroyed with the context
   auto h = std::move(write_->handler);
   write_.reset();

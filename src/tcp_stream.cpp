@@ -26,9 +26,6 @@ constexpr std::size_t max_outgoing_bytes = 2u << 20;
 // gathered write takes, holding no more memory than the outgoing queue may.
 constexpr std::size_t max_spare_frames = 64;
 constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
-// Stream writes from this size on go out from the caller's memory (transmit_direct): below
-// it, copying into frames that many writes share costs less than a system call per write.
-constexpr std::size_t min_direct_bytes = 16 * 1024;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }

@@ -38,9 +38,14 @@ inline void socket_suite_cancelled_read(transport kind) {
   read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);
 }
 
-inline void socket_suite_cancelled_write(transport kind, std::size_t size) {
+inline void socket_suite_cancelled_write(transport kind, std::size_t size, bool registered = false) {
   connected_pair p(kind);
-  write_cancelled_by_timer_moves_what_it_reports(p.io, p.a, p.b, size);
+  write_cancelled_by_timer_moves_what_it_reports(p.io, p.a, p.b, size, registered);
+}
+
+inline void socket_suite_registered_writes(transport kind, std::size_t size) {
+  connected_pair p(kind);
+  writes_from_registered_memory(p.io, p.a, p.b, size);
 }
 
 /// The Asio echo program, unchanged, over coverbs types: several concurrent clients.

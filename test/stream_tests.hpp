@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -147,10 +148,14 @@ inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& i
 /// count of bytes it moved; the peer then reads exactly those bytes, intact, and what is
 /// written next. Over TCP the write's last piece goes out from the caller's memory and cannot
 /// be recalled: the write ends once the peer has made room for it, and counts it.
+/// `registered`: the write's memory is registered on the connection (over RDMA it then goes out
+/// uncopied too, and cannot be recalled either).
 inline void write_cancelled_by_timer_moves_what_it_reports(asio::io_context& io, socket& a, socket& b,
-                                                           std::size_t size) {
+                                                           std::size_t size, bool registered = false) {
   static const std::string marker = "next";
-  const auto data = random_bytes(size, 3);
+  auto data = random_bytes(size, 3);
+  std::optional<registered_memory> region;
+  if (registered) region.emplace(a.register_memory(data, verbs::access::none));
   run_coroutine(io, [&]() -> asio::awaitable<void> {
     asio::cancellation_signal signal;
     std::optional<std::pair<error_code, std::size_t>> outcome;
@@ -174,7 +179,55 @@ inline void write_cancelled_by_timer_moves_what_it_reports(asio::io_context& io,
     BOOST_TEST(
         std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
     BOOST_TEST(std::memcmp(got.data() + outcome->second, marker.data(), marker.size()) == 0);
+    if (registered && a.transport_in_use() == transport::rdma)
+      BOOST_TEST(a.impl()->direct_bytes_written() > 0u);
   });
+}
+
+/// A write whose pieces are memory registered on the connection, then not, then registered,
+/// followed by a small write: the peer reads all of it, in order. Over RDMA the registered
+/// pieces go out from that memory without a copy (the unregistered one is copied, and so is
+/// a later unregistered write); over TCP any write of min_direct_bytes or more does.
+inline void writes_from_registered_memory(asio::io_context& io, socket& a, socket& b, std::size_t size) {
+  using detail::stream_core;
+  const auto data = random_bytes(size, 4), middle = random_bytes(100 * 1024 + 3, 5);
+  auto registered = random_bytes(size, 4);
+  const registered_memory region = a.register_memory(registered, verbs::access::none);
+  const std::size_t split = size / 3 + 17;
+  const std::array<asio::const_buffer, 3> pieces{asio::buffer(registered.data(), split), asio::buffer(middle),
+                                                 asio::buffer(registered.data() + split, size - split)};
+  static const std::string tail = "tail";
+  const auto unregistered = random_bytes(64 * 1024, 6);
+  std::vector<std::byte> got(size + middle.size() + tail.size() + unregistered.size());
+  const std::uint64_t at_start = a.impl()->direct_bytes_written();
+  std::uint64_t after_registered = 0;
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    auto writer = [&]() -> asio::awaitable<std::size_t> {
+      std::size_t n = co_await asio::async_write(a, pieces, asio::use_awaitable);
+      after_registered = a.impl()->direct_bytes_written();
+      n += co_await asio::async_write(a, asio::buffer(tail), asio::use_awaitable);
+      n += co_await asio::async_write(a, asio::buffer(unregistered), asio::use_awaitable);
+      co_return n;
+    };
+    auto [written, read] = co_await (writer() && asio::async_read(b, asio::buffer(got), asio::use_awaitable));
+    BOOST_TEST(written == got.size());
+    BOOST_TEST(read == got.size());
+  });
+  std::vector<std::byte> expected(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(split));
+  expected.insert(expected.end(), middle.begin(), middle.end());
+  expected.insert(expected.end(), data.begin() + static_cast<std::ptrdiff_t>(split), data.end());
+  for (char c : tail) expected.push_back(static_cast<std::byte>(c));
+  expected.insert(expected.end(), unregistered.begin(), unregistered.end());
+  BOOST_TEST((got == expected));
+  const std::uint64_t direct = after_registered - at_start;
+  if (a.transport_in_use() == transport::rdma) {
+    // All registered bytes but at most a last piece too short to be worth a work request.
+    BOOST_TEST(direct >= size - stream_core::min_direct_bytes);
+    BOOST_TEST(direct <= size);
+    BOOST_TEST(a.impl()->direct_bytes_written() == after_registered, "unregistered memory went out uncopied");
+  } else {
+    BOOST_TEST(direct > 0u);
+  }
 }
 
 /// Closing a socket ends its pending read with operation_aborted; the peer reads eof where a

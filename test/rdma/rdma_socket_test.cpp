@@ -17,6 +17,12 @@ BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transpo
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::rdma, 8 << 20);
 }
+BOOST_AUTO_TEST_CASE(cancelled_registered_write) {
+  test::socket_suite_cancelled_write(transport::rdma, 8 << 20, true);
+}
+BOOST_AUTO_TEST_CASE(registered_writes) {
+  test::socket_suite_registered_writes(transport::rdma, 4 << 20);
+}
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }

@@ -16,6 +16,9 @@ BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transpo
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::tcp, 32 << 20);
 }
+BOOST_AUTO_TEST_CASE(registered_writes) {
+  test::socket_suite_registered_writes(transport::tcp, 32 << 20);
+}
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::tcp); }
 BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
   // The same source the coverbs tests instantiate, here with Asio's own TCP types.

@@ -4,8 +4,9 @@
 #pragma once
 
 #include <functional>
-#include <optional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -75,10 +76,17 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   struct send_done;
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
+  std::size_t transmit_direct(const const_buffer_list& buffers) override;
+  /// Bytes of a stream write before the next piece that transmit_direct would send.
+  std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
+  /// The region registered on this connection that holds all of `bytes`, if one does.
+  const verbs::memory_region* region_holding(boost::asio::const_buffer bytes) const noexcept;
   void post_receive(std::uint32_t index);
-  void post_send(std::uint32_t index, std::size_t length, std::uint32_t flags);
+  /// `index`: the send-pool slot the message counts against (no_buffer: a control message);
+  /// `direct`: `data` is the caller's memory, part of a write that transmit_direct took.
+  void post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
   void on_receive(std::uint32_t index, error_code ec, received r);
-  void on_send(std::uint32_t index, error_code ec);
+  void on_send(std::uint32_t index, error_code ec, bool direct);
   void send_control_messages();
   void finish_close();
   std::uint32_t take_credits() noexcept;
@@ -106,6 +114,12 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
+  std::multimap<const std::byte*, const verbs::memory_region*> regions_by_address_;
+  /// Sends of the direct write in flight, and the first error one of them met.
+  std::uint32_t direct_sends_ = 0;
+  error_code direct_error_;
+  /// Regions deregistered while a direct write may still read them: freed when it ends.
+  std::vector<std::unique_ptr<verbs::memory_region>> retired_regions_;
   fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
 };
 

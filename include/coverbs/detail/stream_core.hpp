@@ -108,6 +108,13 @@ class stream_core : public handler_holder {
   virtual void close() = 0;
   /// Largest message `send_message` carries.
   virtual std::size_t max_message_size() const noexcept = 0;
+  /// Transports send stream writes of at least this many bytes from the caller's memory where
+  /// they can: below it, copying into a buffer that several writes share costs less than a
+  /// system call or work request per write.
+  static constexpr std::size_t min_direct_bytes = 16 * 1024;
+  /// Stream bytes written so far from the caller's own memory, without a copy (RDMA: from
+  /// memory registered on this connection; TCP: writes of `min_direct_bytes` or more).
+  std::uint64_t direct_bytes_written() const noexcept { return direct_total_; }
 
  protected:
   struct segment {
@@ -195,6 +202,7 @@ class stream_core : public handler_holder {
   /// Bytes of write_ that the transport sends from the caller's memory; while it does, the
   /// write cannot be recalled (nor completed by a failure) and ends in direct_write_done.
   std::size_t direct_bytes_ = 0;
+  std::uint64_t direct_total_ = 0;
   fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
   std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;
