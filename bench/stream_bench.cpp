@@ -11,8 +11,8 @@ using namespace bench;
 constexpr std::string_view program = "stream_bench";
 constexpr std::string_view usage_head =
     "usage: stream_bench [--transport rdma|tcp] [--address A] [--modes LIST] [--patterns LIST]\n"
-    "                    [--sizes LIST] [--connections N] [--bytes N] [--echo-connections LIST]\n"
-    "                    [--echo-size N] [--echo-count N] [--quick]\n"
+    "                    [--sizes LIST] [--connections N] [--bytes N] [--copy-writes]\n"
+    "                    [--echo-connections LIST] [--echo-size N] [--echo-count N] [--quick]\n"
     "Between coverbs sockets in one process (a server thread and a client thread). Prints a\n"
     "table and, for bench/run, lines 'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,CONNECTIONS,METRIC,\n"
     "VALUE': stream mib_s; echo rt_per_s, p50_us, p99_us (whole round trips).\n";
@@ -23,6 +23,9 @@ constexpr std::string_view usage_tail =
     "  --sizes LIST           write sizes (default 4K,64K,1M,4M)\n"
     "  --connections N        connections writing at once (default 4)\n"
     "  --bytes N              bytes per connection (default 64M; K and M allowed)\n"
+    "  --copy-writes          the writer's buffer is not registered on the connection, so the\n"
+    "                         RDMA stream copies it into its send buffers (default: registered,\n"
+    "                         sent from where it is, as ib_write_bw sends; TCP: no difference)\n"
     "echo: C connections, each doing round trips of one message the server echoes back.\n"
     "  --echo-connections L   connection counts (default 1,16,64)\n"
     "  --echo-size N          bytes per message (default 64)\n"
@@ -34,6 +37,7 @@ struct options {
   bool stream = true, echo = true;
   std::vector<std::size_t> sizes{4096, 65536, 1 << 20, 4 << 20};
   std::size_t connections = 4, bytes = 64 << 20;
+  bool register_writes = true;
   std::vector<std::size_t> echo_connections{1, 16, 64};
   std::size_t echo_size = 64, echo_count = 2000, echo_warmup = 10;
 };
@@ -64,6 +68,8 @@ options parse(int argc, char** argv) {
       o.connections = args.number_value(1, 1024);
     } else if (arg == "--bytes") {
       o.bytes = args.number_value(1, std::size_t{1} << 40);
+    } else if (arg == "--copy-writes") {
+      o.register_writes = false;
     } else if (arg == "--echo-connections") {
       o.echo_connections = args.sizes_value(1, 1024);
     } else if (arg == "--echo-size") {
@@ -84,7 +90,7 @@ options parse(int argc, char** argv) {
 void run_stream(const options& o, coverbs::polling_mode mode, std::size_t size) {
   shared_state state;
   state.pending = o.connections;
-  stream p{size, std::max(o.bytes, size), &state};
+  stream p{size, std::max(o.bytes, size), &state, o.register_writes};
   o.net.run(
       state, mode, o.connections, [&](coverbs::socket& s, std::size_t i) { return p.serve(s, i); },
       [&](coverbs::socket& s, std::size_t i) { return p.client(s, i); });
