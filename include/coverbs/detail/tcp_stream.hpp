@@ -6,6 +6,7 @@
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "coverbs/detail/fifo.hpp"
@@ -99,6 +100,11 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false,
                   bool direct = false);
   void write_next();
+  /// Writes what is left of gather_ (a system call may take only part of it).
+  void write_gathered();
+  void on_write_some(error_code ec, std::size_t n);
+  void read_payload();
+  void on_payload_part(error_code ec, std::size_t n);
   void on_written(error_code ec);
 
   // Ends the connection: stream operations see `stream_ec`, the oldest outstanding operation
@@ -115,6 +121,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// Bytes read past the frame in hand: the next frames, or their start, read by the same call.
   std::vector<std::byte> inbox_ = std::vector<std::byte>(16 * 1024);
   std::size_t inbox_begin_ = 0, inbox_end_ = 0;
+  std::span<std::byte> payload_;  ///< the part of the payload being read that has not arrived
   wire::frame_header header_;
   std::uint32_t reading_slot_ = 0;
   std::vector<std::vector<std::byte>> slots_;  ///< payloads of received data and messages
@@ -136,6 +143,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// The frames being written, a direct one's payload pieces included.
   std::array<boost::asio::const_buffer, max_gathered_frames + const_buffer_list::capacity> gather_;
   std::size_t gathered_ = 0;  ///< frames in gather_
+  std::size_t gather_begin_ = 0, gather_end_ = 0;  ///< pieces of gather_ not yet written
   /// The payload of the queued direct frame: a stream write's own memory (transmit_direct).
   std::array<boost::asio::const_buffer, const_buffer_list::capacity> direct_payload_;
   std::size_t direct_pieces_ = 0;
