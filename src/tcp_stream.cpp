@@ -26,6 +26,8 @@ constexpr std::size_t max_outgoing_bytes = 2u << 20;
 // gathered write takes, holding no more memory than the outgoing queue may.
 constexpr std::size_t max_spare_frames = 64;
 constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
+// One read takes up to this much: a burst of small frames per system call.
+constexpr std::size_t inbox_size = 16 * 1024;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
@@ -62,6 +64,8 @@ tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_mess
       max_message_(std::min<std::size_t>(max_message, wire::max_payload_size)),
       connecting_(connecting) {
   socket_.set_option(boost::asio::ip::tcp::no_delay(true));
+  inbox_slot_ = take_slot();
+  slots_[inbox_slot_].resize(inbox_size);
 }
 
 tcp_stream::~tcp_stream() = default;
@@ -86,7 +90,7 @@ void tcp_stream::read_frames() {
     read_paused_ = false;
     if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
     const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
-    const std::span<const std::byte, wire::header_size> header(inbox_.data() + inbox_begin_,
+    const std::span<const std::byte, wire::header_size> header(inbox().data() + inbox_begin_,
                                                                wire::header_size);
     if (wire::decode_header(header, header_, limit) || check_sequence()) return protocol_error();
     inbox_begin_ += wire::header_size;
@@ -107,14 +111,15 @@ void tcp_stream::resume_reading() {
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow
 // a small frame usually come with it.
 void tcp_stream::fill_inbox() {
+  const std::span<std::byte> inbox = writable_inbox();
   const std::size_t have = inbox_end_ - inbox_begin_;
-  std::memmove(inbox_.data(), inbox_.data() + inbox_begin_, have);  // the whole inbox is free after it
+  std::memmove(inbox.data(), inbox.data() + inbox_begin_, have);  // the whole inbox is free after it
   inbox_begin_ = 0;
   inbox_end_ = have;
   reading_ = true;
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
-      boost::asio::buffer(inbox_) + have,
+      boost::asio::buffer(inbox.data(), inbox.size()) + have,
       boost::asio::bind_allocator(
           allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
 }
@@ -161,19 +166,25 @@ error_code tcp_stream::check_response() const {
 bool tcp_stream::take_payload() {
   std::span<std::byte> into;
   if (header_.type == frame_type::data || header_.type == frame_type::message) {
-    reading_slot_ = take_slot();
-    auto& slot = slots_[reading_slot_];
-    slot.resize(header_.payload_length);
-    into = slot;
+    if (inbox_end_ - inbox_begin_ >= header_.payload_length) {  // handed out from the inbox, uncopied
+      payload_segment_ = {inbox().data() + inbox_begin_, header_.payload_length, inbox_slot_};
+      inbox_begin_ += header_.payload_length;
+      return true;
+    }
+    const std::uint32_t slot = take_slot();
+    slots_[slot].resize(header_.payload_length);
+    into = slots_[slot];
+    payload_segment_ = {into.data(), into.size(), slot};
   } else {
     scratch_.resize(header_.payload_length);
     into = scratch_;
   }
   const std::size_t ready = std::min(into.size(), inbox_end_ - inbox_begin_);
-  if (ready > 0) std::memcpy(into.data(), inbox_.data() + inbox_begin_, ready);
+  if (ready > 0) std::memcpy(into.data(), inbox().data() + inbox_begin_, ready);
   inbox_begin_ += ready;
   if (ready == into.size()) return true;
   inbox_begin_ = inbox_end_ = 0;  // all of it went into the payload
+  writable_inbox();
   payload_ = into.subspan(ready);
   reading_ = true;
   read_payload();
@@ -184,7 +195,7 @@ bool tcp_stream::take_payload() {
 // write_gathered, asio::async_read's composed operation costs more than the loop).
 void tcp_stream::read_payload() {
   const std::array<boost::asio::mutable_buffer, 2> buffers{boost::asio::buffer(payload_),
-                                                           boost::asio::buffer(inbox_)};
+                                                           boost::asio::buffer(inbox().data(), inbox_size)};
   socket_.async_read_some(
       buffers,
       boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
@@ -233,9 +244,9 @@ void tcp_stream::on_hello() {
 }
 
 void tcp_stream::on_stream_frame() {
-  const auto& slot = slots_[reading_slot_];
-  held_bytes_ += slot.size();
-  const segment s{slot.data(), slot.size(), reading_slot_};
+  const segment s = payload_segment_;
+  // A slot counts against max_held_bytes whole, from its first segment to its last release.
+  if (slot_users_[s.tag]++ == 0) held_bytes_ += slots_[s.tag].size();
   if (header_.type == frame_type::data) {
     deliver_bytes(s);
   } else {
@@ -258,7 +269,8 @@ void tcp_stream::on_close() {
 
 std::uint32_t tcp_stream::take_slot() {
   if (free_slots_.empty()) {
-    slots_.emplace_back();
+    slots_.emplace_back();  // moves the others' vectors: their bytes, which segments point at, stay
+    slot_users_.push_back(0);
     return static_cast<std::uint32_t>(slots_.size() - 1);
   }
   const std::uint32_t slot = free_slots_.back();
@@ -266,9 +278,20 @@ std::uint32_t tcp_stream::take_slot() {
   return slot;
 }
 
+std::span<std::byte> tcp_stream::writable_inbox() {
+  if (slot_users_[inbox_slot_] > 0) {
+    const std::uint32_t next = take_slot();
+    slots_[next].resize(inbox_size);
+    std::memcpy(slots_[next].data() + inbox_begin_, inbox().data() + inbox_begin_, inbox_end_ - inbox_begin_);
+    inbox_slot_ = next;  // the old one goes back to the free slots with its last segment
+  }
+  return inbox();
+}
+
 void tcp_stream::release(std::uint32_t tag) {
+  if (--slot_users_[tag] > 0) return;
   held_bytes_ -= slots_[tag].size();
-  free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
+  if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
   resume_reading();
 }
 

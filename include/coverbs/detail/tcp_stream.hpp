@@ -114,18 +114,25 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void protocol_error();
   void connection_lost(error_code ec);
   std::uint32_t take_slot();
+  /// The slot reads land in; a fresh one (keeping the unread bytes) if segments hold this one.
+  std::span<std::byte> writable_inbox();
+  std::span<std::byte> inbox() noexcept { return slots_[inbox_slot_]; }
 
   boost::asio::ip::tcp::socket socket_;
   std::size_t max_message_;
   std::uint32_t limit_ = 0;  ///< negotiated payload limit; 0 until the peer's hello
-  /// Bytes read past the frame in hand: the next frames, or their start, read by the same call.
-  std::vector<std::byte> inbox_ = std::vector<std::byte>(16 * 1024);
+  /// Payloads of received data and messages, and the inbox: bytes read past the frame in hand
+  /// (the next frames, or their start, read by the same call). A payload that came whole in
+  /// the inbox is handed out from there; the inbox then moves to another slot for the next
+  /// read while the segments in it are held.
+  std::vector<std::vector<std::byte>> slots_;
+  std::vector<std::uint32_t> slot_users_;  ///< segments handed out from each slot
+  std::vector<std::uint32_t> free_slots_;
+  std::uint32_t inbox_slot_;
   std::size_t inbox_begin_ = 0, inbox_end_ = 0;
   std::span<std::byte> payload_;  ///< the part of the payload being read that has not arrived
   wire::frame_header header_;
-  std::uint32_t reading_slot_ = 0;
-  std::vector<std::vector<std::byte>> slots_;  ///< payloads of received data and messages
-  std::vector<std::uint32_t> free_slots_;
+  segment payload_segment_{};       ///< the payload of the data or message frame in hand
   std::vector<std::byte> scratch_;  ///< payloads of write requests and read responses
   std::size_t held_bytes_ = 0;
   bool read_paused_ = false, reading_ = false;
