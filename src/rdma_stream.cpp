@@ -117,11 +117,27 @@ std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
 
 // Stream bytes from memory registered on this connection go out as the same SENDs into the
 // peer's receive buffers as copied ones (the peer cannot tell them apart), each taking a credit
-// and a send-pool slot (which bounds the sends in flight) but not the slot's memory.
+// and a send-pool slot (which bounds the sends in flight) but not the slot's memory. Such a
+// write completes only when its last SEND has (the device reads the memory until then), a
+// round trip later than a copied one; so only a run of registered bytes that fills several
+// SENDs goes out directly. asio::async_write offers at most 64 KiB per write_some, which is
+// copied: direct writes are for async_write_some calls with large buffers.
+std::size_t rdma_stream::direct_threshold() const noexcept {
+  return std::max<std::size_t>(min_direct_bytes, std::size_t{4} * peer_.buffer_size);
+}
+
+std::size_t rdma_stream::registered_run(const boost::asio::const_buffer* pieces,
+                                        std::size_t count) const noexcept {
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < count && region_holding(pieces[i]) != nullptr; ++i) run += pieces[i].size();
+  return run;
+}
+
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
-  if (regions_.empty() || fin_wanted_ || closed_ || failed() || buffers.bytes() < min_direct_bytes) return 0;
+  if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
   std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
   const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
+  if (registered_run(pieces.data(), count) < direct_threshold()) return 0;
   std::size_t total = 0;
   for (std::size_t i = 0; i < count; ++i) {
     const verbs::memory_region* region = region_holding(pieces[i]);
@@ -146,8 +162,11 @@ std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const
   if (regions_.empty()) return std::numeric_limits<std::size_t>::max();
   std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
   const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
-  std::size_t prefix = pieces[0].size();  // transmit_direct declined the first piece already
-  for (std::size_t i = 1; i < count && region_holding(pieces[i]) == nullptr; ++i) prefix += pieces[i].size();
+  std::size_t prefix = pieces[0].size();  // transmit_direct declined what starts here
+  for (std::size_t i = 1; i < count && registered_run(pieces.data() + i, count - i) < direct_threshold();
+       ++i) {
+    prefix += pieces[i].size();
+  }
   return prefix;
 }
 
@@ -281,9 +300,16 @@ std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::a
   auto mr = std::make_unique<verbs::memory_region>(pd_, memory, rights);
   lkey = mr->lkey();
   remote = mr->remote();
-  const auto& region = regions_[lkey] =
-      std::move(mr);  // lkeys are unique; rkeys of local-only regions are all 0
-  regions_by_address_.emplace(memory.data(), region.get());
+  // So that deregister_memory, which may have to retire a region, never allocates.
+  retired_regions_.reserve(regions_.size() + retired_regions_.size() + 1);
+  // lkeys are unique; rkeys of local-only regions are all 0
+  const auto& region = regions_[lkey] = std::move(mr);
+  try {
+    regions_by_address_.emplace(memory.data(), region.get());
+  } catch (...) {
+    regions_.erase(lkey);
+    throw;
+  }
   return lkey;
 }
 

@@ -38,9 +38,14 @@ inline void socket_suite_cancelled_read(transport kind) {
   read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);
 }
 
-inline void socket_suite_cancelled_write(transport kind, std::size_t size, bool registered = false) {
+inline void socket_suite_cancelled_write(transport kind, std::size_t size) {
   connected_pair p(kind);
-  write_cancelled_by_timer_moves_what_it_reports(p.io, p.a, p.b, size, registered);
+  write_cancelled_by_timer_moves_what_it_reports(p.io, p.a, p.b, size);
+}
+
+inline void socket_suite_cancelled_registered_write(transport kind, std::size_t size) {
+  connected_pair p(kind);
+  registered_write_cancelled_in_flight(p.io, p.a, p.b, size);
 }
 
 inline void socket_suite_registered_writes(transport kind, std::size_t size) {

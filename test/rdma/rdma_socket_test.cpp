@@ -18,7 +18,7 @@ BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::rdma, 8 << 20);
 }
 BOOST_AUTO_TEST_CASE(cancelled_registered_write) {
-  test::socket_suite_cancelled_write(transport::rdma, 8 << 20, true);
+  test::socket_suite_cancelled_registered_write(transport::rdma, 8 << 20);
 }
 BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::rdma, 4 << 20);

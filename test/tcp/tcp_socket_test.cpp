@@ -16,6 +16,9 @@ BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transpo
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::tcp, 32 << 20);
 }
+BOOST_AUTO_TEST_CASE(cancelled_registered_write) {
+  test::socket_suite_cancelled_registered_write(transport::tcp, 32 << 20);
+}
 BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::tcp, 32 << 20);
 }

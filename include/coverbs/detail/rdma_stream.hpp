@@ -77,6 +77,10 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers) override;
+  /// The fewest registered bytes a write must start with to go out uncopied.
+  std::size_t direct_threshold() const noexcept;
+  /// Bytes of the leading `pieces` that lie in memory registered on this connection.
+  std::size_t registered_run(const boost::asio::const_buffer* pieces, std::size_t count) const noexcept;
   /// Bytes of a stream write before the next piece that transmit_direct would send.
   std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
   /// The region registered on this connection that holds all of `bytes`, if one does.
