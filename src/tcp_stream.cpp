@@ -28,6 +28,11 @@ constexpr std::size_t max_spare_frames = 64;
 constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
 // One read takes up to this much: a burst of small frames per system call.
 constexpr std::size_t inbox_size = 16 * 1024;
+// A payload of this size or more that arrived whole in the inbox is handed out from there,
+// uncopied; the slot then counts whole against max_held_bytes until its last segment is
+// consumed. Smaller ones are copied into a slot of their own size, so that a reader that
+// leaves many tiny messages unread holds the peer back by their bytes, not by 16 KiB each.
+constexpr std::size_t min_inbox_segment = 2 * 1024;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
@@ -166,7 +171,7 @@ error_code tcp_stream::check_response() const {
 bool tcp_stream::take_payload() {
   std::span<std::byte> into;
   if (header_.type == frame_type::data || header_.type == frame_type::message) {
-    if (inbox_end_ - inbox_begin_ >= header_.payload_length) {  // handed out from the inbox, uncopied
+    if (header_.payload_length >= min_inbox_segment && inbox_end_ - inbox_begin_ >= header_.payload_length) {
       payload_segment_ = {inbox().data() + inbox_begin_, header_.payload_length, inbox_slot_};
       inbox_begin_ += header_.payload_length;
       return true;
