@@ -68,6 +68,12 @@ void rdma_stream::post_receive(std::uint32_t index) {
                          });
 }
 
+std::uint32_t rdma_stream::take_send_slot() noexcept {
+  const std::uint32_t index = free_send_.back();
+  free_send_.pop_back();
+  return index;
+}
+
 std::uint32_t rdma_stream::take_credits() noexcept {
   const std::uint32_t n = credits_to_return_;
   credits_to_return_ = 0;
@@ -94,8 +100,7 @@ std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
   std::size_t total = 0;
   if (message && buffers.empty()) {  // an empty message still takes a buffer and a credit
     if (free_send_.empty() || credits_ < 1 || fin_wanted_ || closed_) return 0;
-    const std::uint32_t index = free_send_.back();
-    free_send_.pop_back();
+    const std::uint32_t index = take_send_slot();
     post_send(index, {}, stream_imm::message_bit);
     return 1;
   }
@@ -103,8 +108,7 @@ std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
   const std::size_t limit = message ? peer_.buffer_size : copyable_prefix(buffers);
   while (total < limit && !buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ &&
          !closed_) {
-    const std::uint32_t index = free_send_.back();
-    free_send_.pop_back();
+    const std::uint32_t index = take_send_slot();
     std::byte* out = send_memory_.get() + std::size_t{index} * peer_.buffer_size;
     const std::size_t n = buffers.take(out, std::min<std::size_t>(peer_.buffer_size, limit - total));
     post_send(index, send_mr_->slice(std::size_t{index} * peer_.buffer_size, n),
@@ -145,8 +149,7 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
     const auto* data = static_cast<const std::byte*>(pieces[i].data());
     for (std::size_t left = pieces[i].size(); left > 0;) {
       if (free_send_.empty() || credits_ < 1) return total;
-      const std::uint32_t index = free_send_.back();
-      free_send_.pop_back();
+      const std::uint32_t index = take_send_slot();
       const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
       ++direct_sends_;
       post_send(index, {const_cast<std::byte*>(data), n, region->lkey()}, 0, true);

@@ -94,6 +94,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void send_control_messages();
   void finish_close();
   std::uint32_t take_credits() noexcept;
+  /// A free send-pool slot (the caller checked there is one): every stream send holds one.
+  std::uint32_t take_send_slot() noexcept;
 
   struct waiting_immediate {
     one_sided_request request;
