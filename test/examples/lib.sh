@@ -53,7 +53,10 @@ out_has() { if grep -Eq -- "$1" "$work/out"; then pass "$2"; else fail "$2: no l
 # listens; a server that never does fails the test.
 launch() {
     local log=$1; shift
-    "$@" >"$log" 2>&1 &
+    # Emptied here, not by the child's redirection: that may run after listen-port has read
+    # the previous server's line from a reused LOG, and the client would dial a dead port.
+    : >"$log"
+    "$@" >>"$log" 2>&1 &
     server_pid=$!
     pids+=("$server_pid")
     port=$("$listen_port" "$log" "$server_pid") || {
