@@ -1,6 +1,6 @@
 // The receiving half of a connection's data path: offers a window of registered slots, and
-// for each WRITE with immediate that lands in one, hashes the slot, writes it to the file
-// through io_uring and credits the slot back to the sender.
+// for each WRITE with immediate that lands in one, hashes the slot (on a thread of its own)
+// while writing it to the file through io_uring, and credits the slot back to the sender.
 //
 // One code path for both transports. Over TCP the socket carries the WRITEs in frames, and
 // that cost no more than plain stream bytes (asio::async_write on the socket, async_read on
@@ -12,14 +12,15 @@
 // would run on into the TCP buffers.
 #pragma once
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/write_at.hpp>
 #include <coverbs/registered_memory.hpp>
 #include <vector>
 
 #include "channel.hpp"
+#include "hasher.hpp"
 #include "progress.hpp"
-#include "sha256.hpp"
 
 namespace ft {
 
@@ -42,7 +43,8 @@ class receiver {
   /// which must match. Returns it; throws transfer_error (origin local: tell the sender).
   asio::awaitable<digest> receive(asio::random_access_file& file, std::uint64_t size, const std::string& name,
                                   const progress_fn& progress) {
-    sha256 hash;
+    using namespace asio::experimental::awaitable_operators;
+    hasher hash(ch_.socket().get_executor());
     std::uint64_t got = 0;
     while (got < size) {
       auto [ec, imm] = co_await ch_.socket().async_receive_immediate(asio::as_tuple(asio::use_awaitable));
@@ -54,10 +56,13 @@ class receiver {
       }
       const std::span data(memory_.data() + std::size_t{slot} * slot_size_, n);
       ch_.activity();
-      hash.update(data);
-      auto [wec, w] = co_await asio::async_write_at(file, got, asio::buffer(data.data(), data.size()),
-                                                    asio::as_tuple(asio::use_awaitable));
-      if (wec)
+      auto [hash_ec, written] =
+          co_await (hash.async_update(data, asio::as_tuple(asio::use_awaitable)) &&
+                    asio::async_write_at(file, got, asio::buffer(data.data(), data.size()),
+                                         asio::as_tuple(asio::use_awaitable)));
+      if (hash_ec)
+        throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+      if (auto wec = std::get<0>(written))
         throw transfer_error(transfer_error::origin::local, "cannot write " + name + ": " + wec.message());
       got += data.size();
       progress(got);
@@ -65,7 +70,8 @@ class receiver {
       if (got < size) co_await ch_.send(msg::credit(static_cast<std::uint8_t>(slot)));
     }
     const message done = co_await ch_.expect(type::done);
-    const digest sum = hash.finish();
+    auto [hec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
+    if (hec) throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
     if (done.sum != sum) {
       throw transfer_error(transfer_error::origin::local, "SHA-256 mismatch for " + name + ": sent " +
                                                               hex(done.sum) + ", received " + hex(sum));

@@ -1,6 +1,7 @@
 // The sending half of a connection's data path: reads a file through io_uring, computes its
-// SHA-256 on the way, and moves the bytes into the receiver's window with RDMA WRITE with
-// immediate, several slots in flight, reusing a slot when the receiver credits it back.
+// SHA-256 on the way (on a thread of its own, while the next slot is read), and moves the bytes into the
+// receiver's window with RDMA WRITE with immediate, several slots in flight, reusing a slot when the receiver
+// credits it back.
 #pragma once
 
 #include <boost/asio/random_access_file.hpp>
@@ -12,8 +13,8 @@
 #include <vector>
 
 #include "channel.hpp"
+#include "hasher.hpp"
 #include "progress.hpp"
-#include "sha256.hpp"
 
 namespace ft {
 
@@ -26,9 +27,10 @@ class sender {
   /// digest; throws transfer_error.
   asio::awaitable<digest> send(asio::random_access_file& file, std::uint64_t size, const std::string& name,
                                const window& area, const progress_fn& progress) {
-    sha256 hash;
+    hasher hash(ch_.socket().get_executor());  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
-    const digest sum = hash.finish();
+    auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
+    if (ec) throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
     co_await ch_.send(msg::done(sum));
     for (;;) {  // credits still on their way are of no use now
       const message m = co_await ch_.receive();
@@ -46,13 +48,19 @@ class sender {
   // becomes of the transfer that started it.
   struct flight {
     flight(coverbs::socket& s, const window& w)
-        : area(w), memory(std::size_t{w.slots} * w.slot_size), busy(w.slots, false), wake(s.get_executor()) {
+        : area(w),
+          memory(std::size_t{w.slots} * w.slot_size),
+          busy(w.slots, false),
+          hashing(w.slots, false),
+          wake(s.get_executor()) {
       registration = s.register_memory(memory, coverbs::verbs::access::none);
     }
     window area;
     std::vector<std::byte> memory;
     coverbs::registered_memory registration;  // after `memory`: deregistered before it is freed
     std::vector<bool> busy;                   // a WRITE from this slot's buffer is under way
+    std::vector<bool> hashing;                // so is hashing it
+    bool hash_failed = false;
     std::uint32_t writing = 0;
     std::uint64_t sent = 0;  // bytes whose WRITE completed
     coverbs::error_code failure;
@@ -74,13 +82,14 @@ class sender {
   }
 
   asio::awaitable<void> send_window(asio::random_access_file& file, std::uint64_t size,
-                                    const std::string& name, const window& area, sha256& hash,
+                                    const std::string& name, const window& area, hasher& hash,
                                     const progress_fn& progress) {
     if (!flight_ || flight_->area.slots != area.slots || flight_->area.slot_size != area.slot_size) {
       flight_ = std::make_shared<flight>(ch_.socket(), area);
     }
     flight_->area = area;
     flight_->sent = 0;
+    flight_->hashing.assign(area.slots, false);  // a failed transfer's hasher dropped the rest
     std::shared_ptr<flight> f = flight_;
     std::vector<std::uint32_t> free;
     for (std::uint32_t s = area.slots; s > 0; --s) free.push_back(s - 1);
@@ -107,14 +116,21 @@ class sender {
       const std::uint32_t slot = free.back();
       free.pop_back();
       granted[slot] = false;
-      // The receiver may credit a slot before this side has seen its WRITE complete.
-      while (f->busy[slot] && !f->failure) co_await f->next_completion();
+      // The receiver may credit a slot before this side has seen its WRITE complete, or hashed it.
+      while ((f->busy[slot] || f->hashing[slot]) && !f->failure) co_await f->next_completion();
       if (f->failure) co_await ch_.failed(f->failure);
+      if (f->hash_failed)
+        throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
 
       const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(area.slot_size, size - offset));
       const std::size_t at = std::size_t{slot} * area.slot_size;
       co_await read_chunk(file, offset, f->memory.data() + at, n, name);
-      hash.update(std::span(f->memory.data() + at, n));
+      f->hashing[slot] = true;
+      hash.async_update(std::span(f->memory.data() + at, n), [f, slot](coverbs::error_code ec) {
+        f->hashing[slot] = false;
+        if (ec) f->hash_failed = true;
+        f->wake.cancel();
+      });
       f->busy[slot] = true;
       ++f->writing;
       ch_.socket().async_write_with_immediate(
