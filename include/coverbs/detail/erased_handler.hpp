@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coverbs/detail/invoke_handler.hpp"
 #include "coverbs/detail/operation_memory.hpp"
 
 namespace coverbs::detail {
@@ -129,15 +130,7 @@ class erased_handler<void(Args...)> {
 
     static void do_invoke(base* b, const allocator_type& memory, Args... args) {
       auto [h, ex] = take(b, memory);
-      // Where the handler's executor is an io_context running on this thread, dispatch would
-      // run it inline anyway, but only after wrapping it in a type-erased function (the
-      // any_io_executor's): about a sixth of a small echo's instructions. Run it directly.
-      const auto handler_ex = boost::asio::get_associated_executor(h, ex);
-      if constexpr (std::is_same_v<std::decay_t<decltype(handler_ex)>, boost::asio::any_io_executor>) {
-        const auto* io = handler_ex.template target<boost::asio::io_context::executor_type>();
-        if (io != nullptr && io->running_in_this_thread()) return std::move(h)(std::move(args)...);
-      }
-      boost::asio::dispatch(ex, boost::asio::append(std::move(h), std::move(args)...));
+      invoke_handler(std::move(h), ex, std::move(args)...);
     }
 
     static void do_destroy(base* b, const allocator_type& memory) noexcept { take(b, memory); }

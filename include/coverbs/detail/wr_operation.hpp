@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "coverbs/detail/invoke_handler.hpp"
 #include "coverbs/detail/posting_queue.hpp"
 #include "coverbs/error.hpp"
 
@@ -121,12 +122,8 @@ class wr_operation final : public operation {
     // Through the I/O executor, which hands over to the handler's associated executor (inline
     // when they are the same and we are on its thread). While the operation is pending the
     // completion loop's own wait keeps the I/O executor's context running.
-    auto bound = boost::asio::append(std::move(handler), ec, value);
-    if (defer) {
-      boost::asio::post(io_executor, std::move(bound));
-    } else {
-      boost::asio::dispatch(io_executor, std::move(bound));
-    }
+    if (defer) return boost::asio::post(io_executor, boost::asio::append(std::move(handler), ec, value));
+    invoke_handler(std::move(handler), io_executor, ec, value);
   }
 
   Handler handler_;
