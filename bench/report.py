@@ -21,10 +21,12 @@ EXPECTED = {
             ("echo", "coverbs"), ("echo", "asio"), ("file", "coverbs")],
     # bench/run --quick runs only the two perftest tools the targets name (each costs seconds).
     "rdma": [("pingpong", "coverbs"), ("pingpong", "ib_send_lat"), ("read", "coverbs"), ("write", "coverbs"),
-             ("stream", "coverbs"), ("stream", "ib_write_bw"), ("echo", "coverbs"), ("file", "coverbs")],
+             ("stream", "coverbs"), ("stream", "ib_write_bw"), ("echo", "coverbs"), ("file", "coverbs"),
+             ("verbs", "coverbs"), ("verbs", "raw")],
 }
-UNITS = {"allocs_per_rt": "", "p50_us": "µs", "p99_us": "µs", "p999_us": "µs", "mib_s": "MiB/s", "rt_per_s": "round trips/s"}
-METRIC_NAMES = {"allocs_per_rt": "operator new per round trip", "p50_us": "p50", "p99_us": "p99", "p999_us": "p99.9", "mib_s": "bandwidth", "rt_per_s": "rate"}
+UNITS = {"allocs_per_rt": "", "allocs_per_op": "", "ns_per_op": "ns", "p50_us": "µs", "p99_us": "µs", "p999_us": "µs", "mib_s": "MiB/s", "rt_per_s": "round trips/s"}
+METRIC_NAMES = {"allocs_per_rt": "operator new per round trip", "allocs_per_op": "operator new per operation",
+                "ns_per_op": "time per operation", "p50_us": "p50", "p99_us": "p99", "p999_us": "p99.9", "mib_s": "bandwidth", "rt_per_s": "rate"}
 
 
 def load(out, parts):
@@ -92,7 +94,7 @@ class Table:
             met = "yes" if ok else "**no**"
             if not ok:
                 self.missed.append((f"{self.section}: {label}", ratio, target))
-        if metric == "allocs_per_rt":  # an absolute target: none in steady state
+        if metric in ("allocs_per_rt", "allocs_per_op"):  # an absolute target: none in steady state
             target = ("=", 0)
             met = "yes" if o == 0 else "**no**"
             if o != 0:
@@ -130,6 +132,18 @@ def build_tables(t):
                       (op, "coverbs", "rdma", mode, size, 1, metric),
                       (op, tool, "rdma", "poll", size, 1, metric), base_scale=scale)
     sections.append(("RDMA latency (Soft-RoCE)", t.rows))
+    # The async verbs layer alone (bench/verbs_ops_bench): sequential RDMA WRITEs, post to
+    # completion, against a raw ibv_post_send/ibv_poll_cq loop on the same device, which spins.
+    t.rows = []
+    for mode, size, _ in sorted(t.keys("verbs", "coverbs", "rdma"), key=lambda k: (k[0].split("-")[0] != "busy", k[0])):
+        polling, token = mode.split("-", 1)
+        t.row(f"verbs: RDMA WRITE {size_name(size)}, {polling}, {token} vs raw post/poll loop",
+              ("verbs", "coverbs", "rdma", mode, size, 1, "ns_per_op"), ("verbs", "raw", "rdma", "busy", size, 1, "ns_per_op"))
+    for mode, size, _ in sorted(t.keys("verbs", "coverbs", "rdma")):
+        polling, token = mode.split("-", 1)
+        t.row(f"verbs: RDMA WRITE {size_name(size)}, {polling}, {token}, operator new per operation",
+              ("verbs", "coverbs", "rdma", mode, size, 1, "allocs_per_op"))
+    sections.append(("Async verbs layer (Soft-RoCE): one RDMA WRITE at a time", t.rows))
     t.rows = []
     for mode, size, conns in t.keys("stream", "coverbs", "rdma"):
         for tool in ("ib_write_bw", "ib_send_bw"):
@@ -219,7 +233,7 @@ def check(data, parts):
             if not values:
                 problems.append(f"{part}: {bench} by {impl} reported nothing")
             # A count of allocations may well be 0; every other figure is a positive time or rate.
-            elif not all(math.isfinite(v) and (v > 0 or (m == "allocs_per_rt" and v == 0)) for m, v in values):
+            elif not all(math.isfinite(v) and (v > 0 or (m.startswith("allocs_per") and v == 0)) for m, v in values):
                 problems.append(f"{part}: {bench} by {impl} reported a value that is not a positive number")
     return problems
 

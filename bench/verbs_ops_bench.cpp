@@ -42,6 +42,7 @@ namespace {
 
 struct result {
   std::string name;
+  std::string impl, mode;  ///< for bench/run's csv lines: raw or coverbs; polling mode and token
   double ns_per_op;
   double allocs_per_op;
 };
@@ -85,7 +86,7 @@ result raw_write_loop(stage& s, std::size_t iterations, std::size_t size) {
   for (std::size_t i = 0; i < iterations; ++i) one();
   const double ns = std::chrono::duration<double, std::nano>(clock_type::now() - start).count();
   const std::size_t allocated = allocations.load() - before;  // before building the result's string
-  return {"raw ibv_post_send + ibv_poll_cq", ns / static_cast<double>(iterations),
+  return {"raw ibv_post_send + ibv_poll_cq", "raw", "busy", ns / static_cast<double>(iterations),
           static_cast<double>(allocated) / static_cast<double>(iterations)};
 }
 
@@ -146,15 +147,18 @@ result async_write_loop(stage& s, std::size_t iterations, std::size_t size, poll
   const double measured = static_cast<double>(iterations - 1);
   const double ns = std::chrono::duration<double, std::nano>(end - start).count();
   const char* mode_name = mode == polling_mode::event ? "event" : mode == polling_mode::busy ? "busy" : "adaptive";
-  return {std::string("coverbs async_write, ") + (coroutine ? "co_await" : "callback") + ", " + mode_name,
-          ns / measured, static_cast<double>(after - before) / measured};
+  const char* token = coroutine ? "co_await" : "callback";
+  return {std::string("coverbs async_write, ") + token + ", " + mode_name, "coverbs",
+          std::string(mode_name) + "-" + token, ns / measured, static_cast<double>(after - before) / measured};
 }
 
 constexpr std::string_view usage =
     "usage: verbs_ops_bench [--iterations N] [--size BYTES] [--quick]\n"
     "Times sequential 64-byte RDMA WRITEs through coverbs (each polling mode, coroutine and\n"
     "callback) against a raw ibv_post_send/ibv_poll_cq loop on the same device, and counts heap\n"
-    "allocations per operation after warm-up. Needs an RDMA device (run it in the test bed VM).\n";
+    "allocations per operation after warm-up. Needs an RDMA device (run it in the test bed VM).\n"
+    "Prints a table and, for bench/run, lines 'csv,verbs,IMPL,rdma,MODE,SIZE,1,METRIC,VALUE'\n"
+    "(IMPL raw or coverbs, MODE like busy-co_await; METRIC ns_per_op or allocs_per_op).\n";
 
 }  // namespace
 
@@ -201,6 +205,12 @@ int main(int argc, char** argv) {
     for (const auto& r : results) {
       std::printf("| %s | %.0f | %.2f | %.4f |\n", r.name.c_str(), r.ns_per_op, r.ns_per_op / results[0].ns_per_op,
                   r.allocs_per_op);
+    }
+    for (const auto& r : results) {
+      std::printf("csv,verbs,%s,rdma,%s,%zu,1,ns_per_op,%.1f\n", r.impl.c_str(), r.mode.c_str(), size, r.ns_per_op);
+      if (r.impl == "coverbs") {
+        std::printf("csv,verbs,coverbs,rdma,%s,%zu,1,allocs_per_op,%.4f\n", r.mode.c_str(), size, r.allocs_per_op);
+      }
     }
     bool steady = true;
     for (const auto& r : results) steady = steady && r.allocs_per_op == 0.0;
