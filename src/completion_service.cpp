@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "coverbs/detail/completion_engine.hpp"
+#include "coverbs/detail/invoke_handler.hpp"
 #include "coverbs/detail/posting_queue.hpp"
 
 #if defined(__SANITIZE_THREAD__)
@@ -135,13 +136,7 @@ void completion_engine::on_poll_step() {
 }
 
 void completion_engine::poll_soon() {
-  // Straight to the io_context's executor where that is ours: through the any_io_executor the
-  // step is wrapped in a type-erased function each time.
-  auto step = [self = shared_from_this()] { self->on_poll_step(); };
-  if (const auto* io = executor.target<boost::asio::io_context::executor_type>()) {
-    return boost::asio::post(*io, std::move(step));
-  }
-  boost::asio::post(executor, std::move(step));
+  schedule_unerased(executor, [self = shared_from_this()] { self->on_poll_step(); });
 }
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many

@@ -109,8 +109,8 @@ void tcp_stream::read_frames() {
 void tcp_stream::resume_reading() {
   if (!read_paused_) return;
   read_paused_ = false;
-  boost::asio::post(get_executor(), boost::asio::bind_allocator(
-                                        allocator(), [self = shared_from_this()] { self->read_frames(); }));
+  hand_over(boost::asio::bind_allocator(allocator(), [self = shared_from_this()] { self->read_frames(); }),
+            true);
 }
 
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow

@@ -1,4 +1,4 @@
-// How a completed operation runs its handler when it may run it inline.
+// How the library hands work to an any_io_executor without paying for its type erasure.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -6,6 +6,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <type_traits>
 #include <utility>
 
@@ -26,6 +27,19 @@ void invoke_handler(Handler&& handler, const boost::asio::any_io_executor& io_ex
     }
   }
   boost::asio::dispatch(io_executor, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+}
+
+/// Posts `handler` to `executor` (or dispatches it, where `defer` is false). Straight to the
+/// io_context's executor where the any_io_executor holds one: through the any_io_executor the
+/// handler is first wrapped in a type-erased function, which allocates.
+template <class Handler>
+void schedule_unerased(const boost::asio::any_io_executor& executor, Handler&& handler, bool defer = true) {
+  if (const auto* io = executor.target<boost::asio::io_context::executor_type>()) {
+    if (defer) return boost::asio::post(*io, std::forward<Handler>(handler));
+    return boost::asio::dispatch(*io, std::forward<Handler>(handler));
+  }
+  if (defer) return boost::asio::post(executor, std::forward<Handler>(handler));
+  boost::asio::dispatch(executor, std::forward<Handler>(handler));
 }
 
 }  // namespace coverbs::detail

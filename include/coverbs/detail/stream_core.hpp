@@ -6,17 +6,16 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
 
 #include "coverbs/detail/buffer_list.hpp"
-#include "coverbs/detail/fifo.hpp"
-#include "coverbs/detail/operation_memory.hpp"
 #include "coverbs/detail/erased_handler.hpp"
+#include "coverbs/detail/fifo.hpp"
+#include "coverbs/detail/invoke_handler.hpp"
+#include "coverbs/detail/operation_memory.hpp"
 #include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
@@ -136,17 +135,10 @@ class stream_core : public handler_holder {
   void capacity_available();
   bool failed() const noexcept { return failure_.has_value(); }
   /// Runs `handler` (a completion bound to its results) on the stream's executor: posted when
-  /// `defer`, else dispatched. Straight to the io_context's executor where that is the stream's:
-  /// through any_io_executor a post allocates twice (a type-erased function, then its operation).
+  /// `defer`, else dispatched (without any_io_executor's type erasure where it can).
   template <class Handler>
   void hand_over(Handler&& handler, bool defer) const {
-    using io_context_executor = boost::asio::io_context::executor_type;
-    if (const auto* ex = executor_.target<io_context_executor>()) {
-      if (defer) return boost::asio::post(*ex, std::forward<Handler>(handler));
-      return boost::asio::dispatch(*ex, std::forward<Handler>(handler));
-    }
-    if (defer) return boost::asio::post(executor_, std::forward<Handler>(handler));
-    boost::asio::dispatch(executor_, std::forward<Handler>(handler));
+    schedule_unerased(executor_, std::forward<Handler>(handler), defer);
   }
   /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
   void destroy_pending() noexcept;
