@@ -144,37 +144,54 @@ inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& i
   });
 }
 
+/// What a write the cancellation tests cancel reported, once it completed.
+using write_outcome = std::optional<std::pair<error_code, std::size_t>>;
+/// What the cancellation tests write after the cancelled write.
+inline const std::string cancel_marker = "next";
+
+/// A completion handler for a write that is to be cancelled: records what it reported, then
+/// writes `cancel_marker` on `a`.
+inline auto record_then_write_marker(socket& a, write_outcome& outcome) {
+  return [&a, &outcome](error_code ec, std::size_t n) {
+    outcome.emplace(ec, n);
+    asio::async_write(a, asio::buffer(cancel_marker), [](error_code, std::size_t) {});
+  };
+}
+
+/// Reads on `b` until the cancelled write has completed and the bytes it reported and the
+/// marker have come, and checks that exactly those came: `data`'s first bytes, then the marker.
+inline asio::awaitable<void> expect_reported_then_marker(socket& b, const std::vector<std::byte>& data,
+                                                         const write_outcome& outcome) {
+  std::vector<std::byte> got(data.size() + cancel_marker.size());
+  std::size_t have = 0;
+  while (!outcome || have < outcome->second + cancel_marker.size()) {
+    have += co_await b.async_read_some(asio::buffer(got) + have, asio::use_awaitable);
+  }
+  BOOST_TEST_REQUIRE(have == outcome->second + cancel_marker.size());
+  BOOST_TEST(
+      std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
+  BOOST_TEST(std::memcmp(got.data() + outcome->second, cancel_marker.data(), cancel_marker.size()) == 0);
+}
+
 /// A large write cancelled while the peer reads nothing ends with operation_aborted and the
 /// count of bytes it moved; the peer then reads exactly those bytes, intact, and what is
 /// written next. Over TCP the write's last piece goes out from the caller's memory and cannot
 /// be recalled: the write ends once the peer has made room for it, and counts it.
 inline void write_cancelled_by_timer_moves_what_it_reports(asio::io_context& io, socket& a, socket& b,
                                                            std::size_t size) {
-  static const std::string marker = "next";
   const auto data = random_bytes(size, 3);
   run_coroutine(io, [&]() -> asio::awaitable<void> {
     asio::cancellation_signal signal;
-    std::optional<std::pair<error_code, std::size_t>> outcome;
+    write_outcome outcome;
     asio::async_write(a, asio::buffer(data),
-                      asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
-                        outcome.emplace(ec, n);
-                        asio::async_write(a, asio::buffer(marker), [](error_code, std::size_t) {});
-                      }));
+                      asio::bind_cancellation_slot(signal.slot(), record_then_write_marker(a, outcome)));
     asio::steady_timer timer(io, std::chrono::milliseconds(200));
     co_await timer.async_wait(asio::use_awaitable);
     BOOST_TEST_REQUIRE(!outcome.has_value(), "the write finished although the peer read nothing");
     signal.emit(asio::cancellation_type::terminal);
-    std::vector<std::byte> got(size + marker.size());
-    std::size_t have = 0;
-    while (!outcome || have < outcome->second + marker.size()) {
-      have += co_await b.async_read_some(asio::buffer(got) + have, asio::use_awaitable);
-    }
+    co_await expect_reported_then_marker(b, data, outcome);
     BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
     BOOST_TEST(outcome->second < size);
-    BOOST_TEST_REQUIRE(have == outcome->second + marker.size());
-    BOOST_TEST(
-        std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
-    BOOST_TEST(std::memcmp(got.data() + outcome->second, marker.data(), marker.size()) == 0);
   });
 }
 
@@ -246,32 +263,20 @@ inline void writes_from_registered_memory(asio::io_context& io, socket& a, socke
 /// write completes with what it sent, which the peer reads, intact, and then what comes next.
 inline void registered_write_cancelled_in_flight(asio::io_context& io, socket& a, socket& b,
                                                  std::size_t size) {
-  static const std::string marker = "next";
   auto data = random_bytes(size, 7);
   const registered_memory region = a.register_memory(data, verbs::access::none);
   const std::uint64_t direct_before = a.impl()->direct_bytes_written();
   run_coroutine(io, [&]() -> asio::awaitable<void> {
     asio::cancellation_signal signal;
-    std::optional<std::pair<error_code, std::size_t>> outcome;
+    write_outcome outcome;
     a.async_write_some(asio::buffer(data),
-                       asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
-                         outcome.emplace(ec, n);
-                         asio::async_write(a, asio::buffer(marker), [](error_code, std::size_t) {});
-                       }));
+                       asio::bind_cancellation_slot(signal.slot(), record_then_write_marker(a, outcome)));
     signal.emit(asio::cancellation_type::terminal);
-    std::vector<std::byte> got(size + marker.size());
-    std::size_t have = 0;
-    while (!outcome || have < outcome->second + marker.size()) {
-      have += co_await b.async_read_some(asio::buffer(got) + have, asio::use_awaitable);
-    }
+    co_await expect_reported_then_marker(b, data, outcome);
     if (outcome->first) {
       BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
       BOOST_TEST(outcome->second == 0u);
     }
-    BOOST_TEST_REQUIRE(have == outcome->second + marker.size());
-    BOOST_TEST(
-        std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
-    BOOST_TEST(std::memcmp(got.data() + outcome->second, marker.data(), marker.size()) == 0);
     if (a.transport_in_use() == transport::rdma) {
       BOOST_TEST(!outcome->first, "the direct write was recalled: " << outcome->first.message());
       BOOST_TEST(outcome->second > 0u);
