@@ -33,6 +33,11 @@ class transfer_error : public std::runtime_error {
   origin origin_;
 };
 
+/// The local failure of hashing `name`: OpenSSL could not compute its SHA-256.
+[[noreturn]] inline void throw_hash_failure(const std::string& name) {
+  throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+}
+
 class channel {
  public:
   /// `peer` names the other side in messages: "server" or "client".

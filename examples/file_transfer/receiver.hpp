@@ -60,8 +60,7 @@ class receiver {
           co_await (hash.async_update(data, asio::as_tuple(asio::use_awaitable)) &&
                     asio::async_write_at(file, got, asio::buffer(data.data(), data.size()),
                                          asio::as_tuple(asio::use_awaitable)));
-      if (hash_ec)
-        throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+      if (hash_ec) throw_hash_failure(name);
       if (auto wec = std::get<0>(written))
         throw transfer_error(transfer_error::origin::local, "cannot write " + name + ": " + wec.message());
       got += data.size();
@@ -71,7 +70,7 @@ class receiver {
     }
     const message done = co_await ch_.expect(type::done);
     auto [hec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (hec) throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+    if (hec) throw_hash_failure(name);
     if (done.sum != sum) {
       throw transfer_error(transfer_error::origin::local, "SHA-256 mismatch for " + name + ": sent " +
                                                               hex(done.sum) + ", received " + hex(sum));

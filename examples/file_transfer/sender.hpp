@@ -30,7 +30,7 @@ class sender {
     hasher hash(ch_.socket().get_executor());  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
     auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (ec) throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+    if (ec) throw_hash_failure(name);
     co_await ch_.send(msg::done(sum));
     for (;;) {  // credits still on their way are of no use now
       const message m = co_await ch_.receive();
@@ -119,8 +119,7 @@ class sender {
       // The receiver may credit a slot before this side has seen its WRITE complete, or hashed it.
       while ((f->busy[slot] || f->hashing[slot]) && !f->failure) co_await f->next_completion();
       if (f->failure) co_await ch_.failed(f->failure);
-      if (f->hash_failed)
-        throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+      if (f->hash_failed) throw_hash_failure(name);
 
       const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(area.slot_size, size - offset));
       const std::size_t at = std::size_t{slot} * area.slot_size;
