@@ -130,29 +130,30 @@ std::size_t rdma_stream::direct_threshold() const noexcept {
   return std::max<std::size_t>(min_direct_bytes, std::size_t{4} * peer_.buffer_size);
 }
 
-std::size_t rdma_stream::registered_run(const boost::asio::const_buffer* pieces,
-                                        std::size_t count) const noexcept {
-  std::size_t run = 0;
-  for (std::size_t i = 0; i < count && region_holding(pieces[i]) != nullptr; ++i) run += pieces[i].size();
-  return run;
+rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers) const noexcept {
+  located_pieces front;
+  front.count = buffers.view_front(buffers.bytes(), front.pieces);
+  for (std::size_t i = 0; i < front.count; ++i) front.regions[i] = region_holding(front.pieces[i]);
+  return front;
 }
 
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
   if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
-  std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
-  const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
-  if (registered_run(pieces.data(), count) < direct_threshold()) return 0;
+  const located_pieces front = locate(buffers);
+  std::size_t registered = 0;
+  for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i)
+    registered += front.pieces[i].size();
+  if (registered < direct_threshold()) return 0;
   std::size_t total = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const verbs::memory_region* region = region_holding(pieces[i]);
-    if (region == nullptr) break;  // copied by transmit, once the direct sends before it are done
-    const auto* data = static_cast<const std::byte*>(pieces[i].data());
-    for (std::size_t left = pieces[i].size(); left > 0;) {
+  for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i) {
+    // A piece in no region is copied by transmit, once the direct sends before it are done.
+    const auto* data = static_cast<const std::byte*>(front.pieces[i].data());
+    for (std::size_t left = front.pieces[i].size(); left > 0;) {
       if (free_send_.empty() || credits_ < 1) return total;
       const std::uint32_t index = take_send_slot();
       const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
       ++direct_sends_;
-      post_send(index, {const_cast<std::byte*>(data), n, region->lkey()}, 0, true);
+      post_send(index, {const_cast<std::byte*>(data), n, front.regions[i]->lkey()}, 0, true);
       data += n;
       left -= n;
       total += n;
@@ -163,13 +164,16 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
 
 std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const noexcept {
   if (regions_.empty()) return std::numeric_limits<std::size_t>::max();
-  std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
-  const std::size_t count = buffers.view_front(buffers.bytes(), pieces);
-  std::size_t prefix = pieces[0].size();  // transmit_direct declined what starts here
-  for (std::size_t i = 1; i < count && registered_run(pieces.data() + i, count - i) < direct_threshold();
-       ++i) {
-    prefix += pieces[i].size();
+  const located_pieces front = locate(buffers);
+  // transmit_direct declined what starts at the first piece; the prefix ends where the next
+  // run of registered pieces long enough for it starts.
+  std::size_t direct_from = front.count, run = 0;
+  for (std::size_t i = front.count; i-- > 1;) {
+    run = front.regions[i] != nullptr ? run + front.pieces[i].size() : 0;
+    if (run >= direct_threshold()) direct_from = i;
   }
+  std::size_t prefix = 0;
+  for (std::size_t i = 0; i < direct_from; ++i) prefix += front.pieces[i].size();
   return prefix;
 }
 

@@ -3,6 +3,7 @@
 // receive queue (no receiver-not-ready retries).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -79,8 +80,13 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::size_t transmit_direct(const const_buffer_list& buffers) override;
   /// The fewest registered bytes a write must start with to go out uncopied.
   std::size_t direct_threshold() const noexcept;
-  /// Bytes of the leading `pieces` that lie in memory registered on this connection.
-  std::size_t registered_run(const boost::asio::const_buffer* pieces, std::size_t count) const noexcept;
+  /// The pieces at the front of a stream write, each with the region that holds it (or null).
+  struct located_pieces {
+    std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
+    std::array<const verbs::memory_region*, const_buffer_list::capacity> regions;
+    std::size_t count;
+  };
+  located_pieces locate(const const_buffer_list& buffers) const noexcept;
   /// Bytes of a stream write before the next piece that transmit_direct would send.
   std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
   /// The region registered on this connection that holds all of `bytes`, if one does.
