@@ -137,8 +137,9 @@ rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers
   return front;
 }
 
-std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers) {
-  if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
+std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
+  // A message fills one receive buffer: it cannot keep several SENDs in flight.
+  if (message || regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
   const located_pieces front = locate(buffers);
   std::size_t registered = 0;
   for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i)
@@ -254,9 +255,9 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   }
   if (direct_write_ended) {
     const error_code first_error = std::exchange(direct_error_, {});
-    direct_write_done(first_error || !closed_
-                          ? first_error
-                          : error_code(error::operation_aborted));  // as close() ends writes
+    direct_done(false, first_error || !closed_
+                           ? first_error
+                           : error_code(error::operation_aborted));  // as close() ends writes
   }
   if (!closed_ && !ec) capacity_available();
 }

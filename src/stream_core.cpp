@@ -215,7 +215,7 @@ void stream_core::shutdown_sending() {
 }
 
 void stream_core::serve_write(bool defer) {
-  if (!write_ || direct_bytes_ > 0) return;
+  if (!write_ || direct_pending(false)) return;
   error_code ec;
   std::size_t n = 0;
   if (sending_shut_) {
@@ -223,7 +223,7 @@ void stream_core::serve_write(bool defer) {
   } else if (failure_) {
     ec = write_error();
   } else if (!write_->buffers.empty()) {
-    if ((direct_bytes_ = transmit_direct(write_->buffers)) > 0) return;
+    if ((direct_bytes_[false] = transmit_direct(write_->buffers, false)) > 0) return;
     n = transmit(write_->buffers, false);
     if (n == 0) return;  // no credit or buffer now; capacity_available() retries
   }
@@ -232,12 +232,13 @@ void stream_core::serve_write(bool defer) {
   complete(h, ec, n, defer);
 }
 
-void stream_core::direct_write_done(error_code ec) {
-  const std::size_t n = std::exchange(direct_bytes_, 0);
+void stream_core::direct_done(bool message, error_code ec) {
+  const std::size_t n = std::exchange(direct_bytes_[message], 0);
   if (!ec) direct_total_ += n;
-  if (!write_) return;  // destroyed with the context
-  auto h = std::move(write_->handler);
-  write_.reset();
+  std::optional<pending_write>& pending = message ? send_ : write_;
+  if (!pending) return;  // destroyed with the context
+  auto h = std::move(pending->handler);
+  pending.reset();
   if (ec && failure_) ec = write_error();
   complete(h, ec, ec ? 0 : n, false);
 }
@@ -251,13 +252,15 @@ void stream_core::send_message(const const_buffer_list& buffers, size_handler ha
 }
 
 void stream_core::serve_send(bool defer) {
-  if (!send_) return;
+  if (!send_ || direct_pending(true)) return;
   error_code ec;
   const std::size_t size = send_->buffers.bytes();
   if (sending_shut_) {
     ec = error::broken_pipe;
   } else if (failure_) {
     ec = write_error();
+  } else if (size >= min_direct_bytes && (direct_bytes_[true] = transmit_direct(send_->buffers, true)) > 0) {
+    return;
   } else if (transmit(send_->buffers, true) == 0) {  // transports return at least 1 when they took it
     return;
   }
@@ -281,10 +284,10 @@ void stream_core::cancel(op which) {
   switch (which) {
     case op::read: return abort(read_);
     // Bytes the transport is sending from the caller's memory cannot be recalled (the peer's
-    // framing counts them already): the write ends once they are out, or on close().
-    case op::write: return direct_bytes_ > 0 ? void() : abort(write_);
+    // framing counts them already): the operation ends once they are out, or on close().
+    case op::write: return direct_pending(false) ? void() : abort(write_);
     case op::receive: return abort(receive_);
-    case op::send: return abort(send_);
+    case op::send: return direct_pending(true) ? void() : abort(send_);
   }
 }
 

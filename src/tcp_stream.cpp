@@ -486,13 +486,24 @@ std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
   return frame;
 }
 
-void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response,
-                            bool direct) {
+void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
   outgoing_bytes_ += frame.size();
   if (response) ++responses_queued_;
-  outgoing_.push_back({std::move(frame), response, direct});
+  outgoing_.push_back({std::move(frame), response});
   if (!writing_) write_next();
+}
+
+std::size_t tcp_stream::send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload) {
+  const bool message = h.type == frame_type::message;
+  direct_payload& d = direct_payload_[message];
+  d.count = payload.view_front(h.payload_length, d.pieces);
+  std::vector<std::byte> frame = take_frame(0);
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
+  outgoing_bytes_ += frame.size();
+  outgoing_.push_back({std::move(frame), false, true, message});
+  if (!writing_) write_next();
+  return h.payload_length;
 }
 
 void tcp_stream::write_next() {
@@ -506,10 +517,11 @@ void tcp_stream::write_next() {
   std::size_t pieces = 0;
   for (gathered_ = 0; gathered_ < outgoing_.size(); ++gathered_) {
     const outgoing_frame& f = outgoing_[gathered_];
-    const std::size_t payload = f.direct ? direct_pieces_ : 0;
-    if (gathered_ == max_gathered_frames || pieces + 1 + payload > gather_.size()) break;
+    const direct_payload* payload = f.direct ? &direct_payload_[f.direct_message] : nullptr;
+    const std::size_t payload_pieces = payload != nullptr ? payload->count : 0;
+    if (gathered_ == max_gathered_frames || pieces + 1 + payload_pieces > gather_.size()) break;
     gather_[pieces++] = boost::asio::buffer(f.bytes);
-    for (std::size_t i = 0; i < payload; ++i) gather_[pieces++] = direct_payload_[i];
+    for (std::size_t i = 0; i < payload_pieces; ++i) gather_[pieces++] = payload->pieces[i];
   }
   gather_begin_ = 0;
   gather_end_ = pieces;
@@ -535,10 +547,10 @@ void tcp_stream::on_write_some(error_code ec, std::size_t n) {
 }
 
 void tcp_stream::on_written(error_code ec) {
-  bool direct_sent = false;
+  std::array<bool, 2> direct_sent{};  // a write's, a message's
   for (; gathered_ > 0; --gathered_) {
     outgoing_frame& sent = outgoing_.front();
-    direct_sent = direct_sent || sent.direct;
+    if (sent.direct) direct_sent[sent.direct_message] = true;
     outgoing_bytes_ -= sent.bytes.size();
     if (sent.response) --responses_queued_;
     if (spare_frames_.size() < max_spare_frames && spare_bytes_ + sent.bytes.capacity() <= max_spare_bytes) {
@@ -552,12 +564,16 @@ void tcp_stream::on_written(error_code ec) {
     // The peer is gone (a write fails on a reset connection): reads report that, and writes
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
-    // Written or not, the direct frame's memory is its writer's again.
-    if (direct_write_pending()) direct_write_done(ec ? ec : error::operation_aborted);
+    // Written or not, the direct frames' memory is their callers' again.
+    for (const bool message : {false, true}) {
+      if (direct_pending(message)) direct_done(message, ec ? ec : error::operation_aborted);
+    }
     return;
   }
   write_next();
-  if (direct_sent) direct_write_done({});
+  for (const bool message : {false, true}) {
+    if (direct_sent[message]) direct_done(message, {});
+  }
   resume_reading();
   send_requests();
   capacity_available();
@@ -584,16 +600,19 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
   return n > 0 ? n : 1;  // an empty message still counts as sent
 }
 
-// A large write goes out as a header followed by the writer's own buffers, gathered into one
-// write; it completes once the kernel has taken them all, as a write on an Asio socket does.
-std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers) {
+// A large write or message goes out as a header followed by the caller's own buffers, gathered
+// into one write; it completes once the kernel has taken them all, as a write on an Asio
+// socket does.
+std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
   if (limit_ == 0 || stream_ended_ || broken_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
-  const std::size_t n = std::min<std::size_t>(buffers.bytes(), limit_);
+  const std::size_t total = buffers.bytes();
+  if (message && total > limit_) return 0;  // transmit fails it
+  const std::size_t n = std::min<std::size_t>(total, limit_);
   if (n < min_direct_bytes) return 0;
-  direct_pieces_ = buffers.view_front(n, direct_payload_);
-  send_frame({.type = frame_type::data, .payload_length = static_cast<std::uint32_t>(n)}, take_frame(0),
-             false, true);
-  return n;
+  wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
+                       .payload_length = static_cast<std::uint32_t>(n)};
+  if (message) h.length = static_cast<std::uint32_t>(n);
+  return send_direct_frame(h, buffers);
 }
 
 // close(ok) ends this side's stream bytes and messages only; one-sided operations go on.

@@ -129,22 +129,7 @@ inline void messages_keep_boundaries(asio::io_context& io, socket& a, socket& b)
   });
 }
 
-/// A read that loses a race with a timer is cancelled, and the connection is unharmed.
-inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& io, socket& a, socket& b) {
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    std::array<char, 16> buf;
-    asio::steady_timer timer(io, std::chrono::milliseconds(100));
-    auto result = co_await (b.async_read_some(asio::buffer(buf), asio::use_awaitable) ||
-                            timer.async_wait(asio::use_awaitable));
-    BOOST_TEST(result.index() == 1u);
-    co_await asio::async_write(a, asio::buffer(std::string("still here")), asio::use_awaitable);
-    std::array<char, 10> got;
-    co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
-    BOOST_TEST(std::string(got.data(), 10) == "still here");
-  });
-}
-
-/// What a write the cancellation tests cancel reported, once it completed.
+/// What a write (or send) the cancellation tests cancel reported, once it completed.
 using write_outcome = std::optional<std::pair<error_code, std::size_t>>;
 /// What the cancellation tests write after the cancelled write.
 inline const std::string cancel_marker = "next";
@@ -171,6 +156,101 @@ inline asio::awaitable<void> expect_reported_then_marker(socket& b, const std::v
   BOOST_TEST(
       std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
   BOOST_TEST(std::memcmp(got.data() + outcome->second, cancel_marker.data(), cancel_marker.size()) == 0);
+}
+
+/// Messages from below min_direct_bytes up to the largest, each gathered from two pieces and
+/// followed by a few stream bytes: the peer receives each whole, in order, with the stream
+/// bytes between them. Over TCP a message of min_direct_bytes or more goes out from the
+/// caller's memory (direct_bytes_written counts it); over RDMA a message fills one receive
+/// buffer and is copied.
+inline void large_messages_between_stream_writes(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
+  const std::size_t largest = a.impl()->max_message_size();
+  const std::vector<std::size_t> sizes{direct - 1, direct, largest / 2 + 1, largest};
+  const auto data = random_bytes(largest, 9), between = random_bytes(100, 10);
+  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    auto writer = [&]() -> asio::awaitable<void> {
+      for (const std::size_t size : sizes) {
+        const std::array<asio::const_buffer, 2> message{
+            asio::buffer(data.data(), size / 3), asio::buffer(data.data() + size / 3, size - size / 3)};
+        const std::size_t sent = co_await a.async_send(message, asio::use_awaitable);
+        BOOST_TEST(sent == size);
+        co_await asio::async_write(a, asio::buffer(between), asio::use_awaitable);
+      }
+    };
+    auto reader = [&]() -> asio::awaitable<void> {
+      std::vector<std::byte> got(largest), got_between(between.size());
+      for (const std::size_t size : sizes) {
+        const std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
+        BOOST_TEST_REQUIRE(n == size);
+        BOOST_TEST(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n), data.begin()));
+        co_await asio::async_read(b, asio::buffer(got_between), asio::use_awaitable);
+        BOOST_TEST((got_between == between));
+      }
+    };
+    co_await (writer() && reader());
+  });
+  const std::uint64_t direct_bytes = a.impl()->direct_bytes_written() - direct_before;
+  if (a.transport_in_use() == transport::tcp) {
+    BOOST_TEST(direct_bytes == direct + largest / 2 + 1 + largest);
+  } else {
+    BOOST_TEST(direct_bytes == 0u);
+  }
+}
+
+/// The largest message, its send cancelled at once: the send completes whole or with
+/// operation_aborted and nothing sent, and the peer receives the message exactly when the send
+/// reported it, then the next. Over TCP it goes out from the caller's memory, which cannot be
+/// recalled: it completes whole.
+inline void send_cancelled_at_once_is_all_or_nothing(asio::io_context& io, socket& a, socket& b) {
+  const auto data = random_bytes(a.impl()->max_message_size(), 11);
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    std::vector<std::byte> got(data.size());
+    // The peer's limits have come once a message has gone through: the send below starts at once.
+    co_await a.async_send(asio::buffer(cancel_marker), asio::use_awaitable);
+    co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
+    asio::cancellation_signal signal;
+    write_outcome outcome;
+    a.async_send(asio::buffer(data),
+                 asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
+                   outcome.emplace(ec, n);
+                   a.async_send(asio::buffer(cancel_marker), [](error_code, std::size_t) {});
+                 }));
+    signal.emit(asio::cancellation_type::terminal);
+    std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
+    BOOST_TEST_REQUIRE(outcome.has_value());
+    if (!outcome->first) {
+      BOOST_TEST(outcome->second == data.size());
+      BOOST_TEST_REQUIRE(n == data.size());
+      BOOST_TEST((got == data));
+      n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
+    } else {
+      BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
+      BOOST_TEST(outcome->second == 0u);
+    }
+    BOOST_TEST_REQUIRE(n == cancel_marker.size());
+    BOOST_TEST(std::memcmp(got.data(), cancel_marker.data(), n) == 0);
+    if (a.transport_in_use() == transport::tcp) {
+      BOOST_TEST(!outcome->first,
+                 "a send from the caller's memory was recalled: " << outcome->first.message());
+    }
+  });
+}
+
+/// A read that loses a race with a timer is cancelled, and the connection is unharmed.
+inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& io, socket& a, socket& b) {
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    std::array<char, 16> buf;
+    asio::steady_timer timer(io, std::chrono::milliseconds(100));
+    auto result = co_await (b.async_read_some(asio::buffer(buf), asio::use_awaitable) ||
+                            timer.async_wait(asio::use_awaitable));
+    BOOST_TEST(result.index() == 1u);
+    co_await asio::async_write(a, asio::buffer(std::string("still here")), asio::use_awaitable);
+    std::array<char, 10> got;
+    co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
+    BOOST_TEST(std::string(got.data(), 10) == "still here");
+  });
 }
 
 /// A large write cancelled while the peer reads nothing ends with operation_aborted and the

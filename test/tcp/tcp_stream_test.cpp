@@ -24,6 +24,16 @@ BOOST_AUTO_TEST_CASE(messages) {
   test::messages_keep_boundaries(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(large_messages) {
+  tcp_socket_pair p;
+  test::large_messages_between_stream_writes(p.io, p.a, p.b);
+}
+
+BOOST_AUTO_TEST_CASE(cancelled_send) {
+  tcp_socket_pair p;
+  test::send_cancelled_at_once_is_all_or_nothing(p.io, p.a, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(cancelled_read) {
   tcp_socket_pair p;
   test::read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);

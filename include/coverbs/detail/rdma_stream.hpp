@@ -77,7 +77,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   struct send_done;
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
-  std::size_t transmit_direct(const const_buffer_list& buffers) override;
+  std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
   /// The fewest registered bytes a write must start with to go out uncopied.
   std::size_t direct_threshold() const noexcept;
   /// The pieces at the front of a stream write, each with the region that holds it (or null).

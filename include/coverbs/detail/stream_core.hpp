@@ -3,6 +3,7 @@
 // only how bytes move; everything users observe is decided here, once.
 #pragma once
 
+#include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
@@ -107,12 +108,13 @@ class stream_core : public handler_holder {
   virtual void close() = 0;
   /// Largest message `send_message` carries.
   virtual std::size_t max_message_size() const noexcept = 0;
-  /// Transports send stream writes of at least this many bytes from the caller's memory where
-  /// they can: below it, copying into a buffer that several writes share costs less than a
-  /// system call or work request per write.
+  /// Transports send stream writes (TCP: and messages) of at least this many bytes from the
+  /// caller's memory where they can: below it, copying into a buffer that several writes share
+  /// costs less than a system call or work request per write.
   static constexpr std::size_t min_direct_bytes = 16 * 1024;
-  /// Stream bytes written so far from the caller's own memory, without a copy (RDMA: from
-  /// memory registered on this connection; TCP: writes of `min_direct_bytes` or more).
+  /// Bytes written or sent so far from the caller's own memory, without a copy (RDMA: stream
+  /// writes from memory registered on this connection; TCP: writes and messages of
+  /// `min_direct_bytes` or more).
   std::uint64_t direct_bytes_written() const noexcept { return direct_total_; }
 
  protected:
@@ -149,14 +151,16 @@ class stream_core : public handler_holder {
   /// Sends what it can of `buffers` now and returns how many bytes it took (0: none possible).
   /// For a message it takes all or nothing.
   virtual std::size_t transmit(const_buffer_list& buffers, bool message) = 0;
-  /// Sends the first bytes of a stream write from the caller's memory, without copying, and
-  /// returns how many it took; the transport then calls `direct_write_done` once it no longer
-  /// reads that memory. 0: it will not, and `transmit` copies instead.
-  virtual std::size_t transmit_direct(const const_buffer_list&) { return 0; }
-  /// Ends the write `transmit_direct` took: its bytes were handed on (or the connection failed).
-  void direct_write_done(error_code ec);
-  /// Whether the transport holds a write `transmit_direct` took and has not ended.
-  bool direct_write_pending() const noexcept { return direct_bytes_ > 0; }
+  /// Sends the first bytes of a stream write (or, where `message`, a whole message) from the
+  /// caller's memory, without copying, and returns how many it took; the transport then calls
+  /// `direct_done(message, ec)` once it no longer reads that memory. 0: it will not, and
+  /// `transmit` copies instead.
+  virtual std::size_t transmit_direct(const const_buffer_list&, bool /*message*/) { return 0; }
+  /// Ends the write (or send) `transmit_direct` took: its bytes were handed on (or the
+  /// connection failed).
+  void direct_done(bool message, error_code ec);
+  /// Whether the transport holds a write (or send) `transmit_direct` took and has not ended.
+  bool direct_pending(bool message) const noexcept { return direct_bytes_[message] > 0; }
 
  private:
   struct pending_read {
@@ -191,9 +195,10 @@ class stream_core : public handler_holder {
   std::optional<error_code> failure_;
   std::optional<pending_read> read_, receive_;
   std::optional<pending_write> write_, send_;
-  /// Bytes of write_ that the transport sends from the caller's memory; while it does, the
-  /// write cannot be recalled (nor completed by a failure) and ends in direct_write_done.
-  std::size_t direct_bytes_ = 0;
+  /// Bytes of write_ (and of send_) that the transport sends from the caller's memory; while
+  /// it does, the operation cannot be recalled (nor completed by a failure) and ends in
+  /// direct_done.
+  std::array<std::size_t, 2> direct_bytes_{};
   std::uint64_t direct_total_ = 0;
   fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;

@@ -59,12 +59,15 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   struct outgoing_frame {
     std::vector<std::byte> bytes;
     bool response = false;
-    bool direct = false;  ///< a data header whose payload is direct_payload_
+    /// A header whose payload is the caller's memory: direct_payload_[direct_message], which
+    /// that side's transmit_direct holds until the frame is written.
+    bool direct = false;
+    bool direct_message = false;
   };
 
   void release(std::uint32_t tag) override;
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
-  std::size_t transmit_direct(const const_buffer_list& buffers) override;
+  std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
 
   // Receiving.
   void read_frames();
@@ -97,8 +100,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Sending.
   std::vector<std::byte> take_frame(std::size_t payload);
-  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false,
-                  bool direct = false);
+  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false);
+  /// Queues a header whose payload is `payload`, the caller's memory (a write's or a message's).
+  std::size_t send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload);
   void write_next();
   /// Writes what is left of gather_ (a system call may take only part of it).
   void write_gathered();
@@ -151,9 +155,13 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::array<boost::asio::const_buffer, max_gathered_frames + const_buffer_list::capacity> gather_;
   std::size_t gathered_ = 0;  ///< frames in gather_
   std::size_t gather_begin_ = 0, gather_end_ = 0;  ///< pieces of gather_ not yet written
-  /// The payload of the queued direct frame: a stream write's own memory (transmit_direct).
-  std::array<boost::asio::const_buffer, const_buffer_list::capacity> direct_payload_;
-  std::size_t direct_pieces_ = 0;
+  /// The caller's memory that queued direct frames carry (transmit_direct): a stream write's,
+  /// then a message's.
+  struct direct_payload {
+    std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
+    std::size_t count = 0;
+  };
+  std::array<direct_payload, 2> direct_payload_;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
