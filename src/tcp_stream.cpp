@@ -69,8 +69,7 @@ tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_mess
       max_message_(std::min<std::size_t>(max_message, wire::max_payload_size)),
       connecting_(connecting) {
   socket_.set_option(boost::asio::ip::tcp::no_delay(true));
-  inbox_slot_ = take_slot();
-  slots_[inbox_slot_].resize(inbox_size);
+  inbox_slot_ = take_slot(inbox_size);
 }
 
 tcp_stream::~tcp_stream() = default;
@@ -176,8 +175,7 @@ bool tcp_stream::take_payload() {
       inbox_begin_ += header_.payload_length;
       return true;
     }
-    const std::uint32_t slot = take_slot();
-    slots_[slot].resize(header_.payload_length);
+    const std::uint32_t slot = take_slot(header_.payload_length);
     into = slots_[slot];
     payload_segment_ = {into.data(), into.size(), slot};
   } else {
@@ -272,21 +270,23 @@ void tcp_stream::on_close() {
   }
 }
 
-std::uint32_t tcp_stream::take_slot() {
+std::uint32_t tcp_stream::take_slot(std::size_t size) {
+  std::uint32_t slot = 0;
   if (free_slots_.empty()) {
     slots_.emplace_back();  // moves the others' vectors: their bytes, which segments point at, stay
     slot_users_.push_back(0);
-    return static_cast<std::uint32_t>(slots_.size() - 1);
+    slot = static_cast<std::uint32_t>(slots_.size() - 1);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
   }
-  const std::uint32_t slot = free_slots_.back();
-  free_slots_.pop_back();
+  slots_[slot].resize(size);
   return slot;
 }
 
 std::span<std::byte> tcp_stream::writable_inbox() {
   if (slot_users_[inbox_slot_] > 0) {
-    const std::uint32_t next = take_slot();
-    slots_[next].resize(inbox_size);
+    const std::uint32_t next = take_slot(inbox_size);
     std::memcpy(slots_[next].data() + inbox_begin_, inbox().data() + inbox_begin_, inbox_end_ - inbox_begin_);
     inbox_slot_ = next;  // the old one goes back to the free slots with its last segment
   }

@@ -117,7 +117,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   fifo<one_sided_op> take_operations();
   void protocol_error();
   void connection_lost(error_code ec);
-  std::uint32_t take_slot();
+  /// A free slot (or a new one) holding `size` bytes.
+  std::uint32_t take_slot(std::size_t size);
   /// The slot reads land in; a fresh one (keeping the unread bytes) if segments hold this one.
   std::span<std::byte> writable_inbox();
   std::span<std::byte> inbox() noexcept { return slots_[inbox_slot_]; }
