@@ -42,6 +42,14 @@ const error_code truncated = error::connection_reset;
 
 bool is_atomic(kind k) { return k == kind::fetch_add || k == kind::compare_swap; }
 
+// The header of `n` bytes of stream data, or of a message of `n` bytes (which also says its length).
+wire::frame_header payload_header(std::size_t n, bool message) {
+  wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
+                       .payload_length = static_cast<std::uint32_t>(n)};
+  if (message) h.length = static_cast<std::uint32_t>(n);
+  return h;
+}
+
 frame_type response_to(kind k) {
   switch (k) {
     case kind::read: return frame_type::read_response;
@@ -487,23 +495,23 @@ std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
 }
 
 void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response) {
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
-  outgoing_bytes_ += frame.size();
-  if (response) ++responses_queued_;
-  outgoing_.push_back({std::move(frame), response});
-  if (!writing_) write_next();
+  queue_frame(h, {std::move(frame), response});
 }
 
 std::size_t tcp_stream::send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload) {
   const bool message = h.type == frame_type::message;
   direct_payload& d = direct_payload_[message];
   d.count = payload.view_front(h.payload_length, d.pieces);
-  std::vector<std::byte> frame = take_frame(0);
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
-  outgoing_bytes_ += frame.size();
-  outgoing_.push_back({std::move(frame), false, true, message});
-  if (!writing_) write_next();
+  queue_frame(h, {take_frame(0), false, true, message});
   return h.payload_length;
+}
+
+void tcp_stream::queue_frame(const wire::frame_header& h, outgoing_frame f) {
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(f.bytes.data(), wire::header_size));
+  outgoing_bytes_ += f.bytes.size();
+  if (f.response) ++responses_queued_;
+  outgoing_.push_back(std::move(f));
+  if (!writing_) write_next();
 }
 
 void tcp_stream::write_next() {
@@ -579,8 +587,12 @@ void tcp_stream::on_written(error_code ec) {
   capacity_available();
 }
 
+bool tcp_stream::takes_payload() const noexcept {
+  return limit_ > 0 && !stream_ended_ && !broken_ && outgoing_bytes_ < max_outgoing_bytes;
+}
+
 std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
-  if (limit_ == 0 || stream_ended_ || broken_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
+  if (!takes_payload()) return 0;
   const std::size_t total = buffers.bytes();
   if (message && total > limit_) {
     // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
@@ -591,12 +603,9 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
     return 0;
   }
   const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
-  wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
-                       .payload_length = static_cast<std::uint32_t>(n)};
-  if (message) h.length = static_cast<std::uint32_t>(n);
   std::vector<std::byte> frame = take_frame(n);
   buffers.take(frame.data() + wire::header_size, n);
-  send_frame(h, std::move(frame));
+  send_frame(payload_header(n, message), std::move(frame));
   return n > 0 ? n : 1;  // an empty message still counts as sent
 }
 
@@ -604,15 +613,12 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
 // into one write; it completes once the kernel has taken them all, as a write on an Asio
 // socket does.
 std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  if (limit_ == 0 || stream_ended_ || broken_ || outgoing_bytes_ >= max_outgoing_bytes) return 0;
+  if (!takes_payload()) return 0;
   const std::size_t total = buffers.bytes();
   if (message && total > limit_) return 0;  // transmit fails it
   const std::size_t n = std::min<std::size_t>(total, limit_);
   if (n < min_direct_bytes) return 0;
-  wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
-                       .payload_length = static_cast<std::uint32_t>(n)};
-  if (message) h.length = static_cast<std::uint32_t>(n);
-  return send_direct_frame(h, buffers);
+  return send_direct_frame(payload_header(n, message), buffers);
 }
 
 // close(ok) ends this side's stream bytes and messages only; one-sided operations go on.

@@ -103,6 +103,10 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false);
   /// Queues a header whose payload is `payload`, the caller's memory (a write's or a message's).
   std::size_t send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload);
+  /// Writes `h` into the frame's first bytes and queues it, writing now if nothing is.
+  void queue_frame(const wire::frame_header& h, outgoing_frame f);
+  /// Whether stream data or a message can be queued now (the peer's limits known, room left).
+  bool takes_payload() const noexcept;
   void write_next();
   /// Writes what is left of gather_ (a system call may take only part of it).
   void write_gathered();
