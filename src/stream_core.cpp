@@ -172,6 +172,13 @@ void stream_core::serve_read(bool defer) {
   complete(h, total > 0 ? error_code{} : read_error(), total, defer);
 }
 
+void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
+  direct_read_total_ += uncopied;
+  auto h = std::move(read_->handler);
+  read_.reset();
+  complete(h, {}, n, false);
+}
+
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
   if (receive_) return complete(handler, error::in_progress, 0, true);
   receive_.emplace(pending_read{buffers, std::move(handler)});

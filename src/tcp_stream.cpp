@@ -77,6 +77,7 @@ tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_mess
       max_message_(std::min<std::size_t>(max_message, wire::max_payload_size)),
       connecting_(connecting) {
   socket_.set_option(boost::asio::ip::tcp::no_delay(true));
+  socket_.non_blocking(true);  // read_data_directly reads without waiting
   inbox_slot_ = take_slot(inbox_size);
 }
 
@@ -100,12 +101,20 @@ void tcp_stream::read_frames() {
       return;
     }
     read_paused_ = false;
+    if (data_left_ > 0) {  // a data frame's payload, or what a reader left of it
+      if (!take_data()) return;
+      continue;
+    }
     if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
     const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
     const std::span<const std::byte, wire::header_size> header(inbox().data() + inbox_begin_,
                                                                wire::header_size);
     if (wire::decode_header(header, header_, limit) || check_sequence()) return protocol_error();
     inbox_begin_ += wire::header_size;
+    if (header_.type == frame_type::data) {
+      data_left_ = header_.payload_length;
+      continue;
+    }
     if (!take_payload()) return;  // the rest is on its way; on_payload goes on
     handle_frame();
   }
@@ -116,6 +125,10 @@ void tcp_stream::read_frames() {
 void tcp_stream::resume_reading() {
   if (!read_paused_) return;
   read_paused_ = false;
+  read_frames_later();
+}
+
+void tcp_stream::read_frames_later() {
   hand_over(boost::asio::bind_allocator(allocator(), [self = shared_from_this()] { self->read_frames(); }),
             true);
 }
@@ -173,23 +186,91 @@ error_code tcp_stream::check_response() const {
 }
 
 // decode_header bounded the payload by the negotiated limit, so this allocates at most that.
+// True when the payload is whole already.
+bool tcp_stream::take_payload() {
+  if (header_.type == frame_type::message) return take_segment(header_.payload_length);
+  scratch_.resize(header_.payload_length);
+  return fill_payload(scratch_);
+}
+
+// Stream bytes have no boundaries, so a waiting reader takes a data frame's payload straight into
+// its buffers, as much as it can (from the socket itself where the inbox has no more of it, as a
+// read on an Asio socket would); with no reader waiting, the rest becomes a segment. False while
+// a read is on its way.
+bool tcp_stream::take_data() {
+  if (mutable_buffer_list* reader = waiting_read()) {
+    yielded_ = false;
+    return read_data_directly(*reader);
+  }
+  // Not all of it has come: a reader whose handler was posted may read again in a moment and
+  // then take it straight into its buffers. One turn later, with still no reader, it goes into
+  // a slot.
+  if (inbox_end_ - inbox_begin_ < data_left_ && !yielded_) {
+    yielded_ = true;
+    read_frames_later();
+    return false;
+  }
+  yielded_ = false;
+  if (!take_segment(std::exchange(data_left_, 0))) return false;  // on_payload delivers it
+  on_stream_frame();
+  return true;
+}
+
+// What the inbox holds of the payload, then one non-blocking read of the rest into the reader's
+// buffers; where they take the frame's end, whatever follows it is read into the inbox.
+bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
+  std::size_t n = reader.put(inbox().data() + inbox_begin_, std::min(data_left_, inbox_end_ - inbox_begin_));
+  inbox_begin_ += n;
+  data_left_ -= n;
+  std::size_t uncopied = 0;
+  error_code ec;
+  if (data_left_ > 0 && !reader.empty()) {  // so the inbox is empty
+    const std::size_t wanted = std::min(data_left_, reader.bytes());
+    std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> into;
+    std::size_t pieces = reader.view_front(wanted, into);
+    inbox_begin_ = inbox_end_ = 0;
+    const std::span<std::byte> inbox = writable_inbox();
+    // After a large frame, which a large write sent, another one likely follows: then only its
+    // header goes to the inbox, so that the reader's next read takes its payload uncopied too.
+    const std::size_t next = header_.payload_length >= min_direct_bytes ? wire::header_size : inbox.size();
+    if (wanted == data_left_) into[pieces++] = boost::asio::buffer(inbox.data(), next);
+    const std::size_t got = socket_.read_some(std::span(into.data(), pieces), ec);
+    uncopied = std::min(got, wanted);
+    n += uncopied;
+    data_left_ -= uncopied;
+    inbox_end_ = got - uncopied;
+  }
+  if (ec == error::would_block && n == 0) {
+    reading_ = true;  // on_inbox goes on once the socket is readable, a reader waiting or not
+    socket_.async_wait(boost::asio::socket_base::wait_read,
+                       boost::asio::bind_allocator(
+                           allocator(), [self = shared_from_this()](error_code e) { self->on_inbox(e, 0); }));
+    return false;
+  }
+  if (n > 0) complete_waiting_read(n, uncopied);
+  if (ec && ec != error::would_block) {
+    connection_lost(ec == error::eof ? truncated : ec);
+    return false;
+  }
+  return true;
+}
+
+// A data or message payload of `size` bytes as a segment: from the inbox where it arrived whole
+// there, else in a slot of its own. True when it is whole already.
+bool tcp_stream::take_segment(std::size_t size) {
+  if (size >= min_inbox_segment && inbox_end_ - inbox_begin_ >= size) {
+    payload_segment_ = {inbox().data() + inbox_begin_, size, inbox_slot_};
+    inbox_begin_ += size;
+    return true;
+  }
+  const std::uint32_t slot = take_slot(size);
+  payload_segment_ = {slots_[slot].data(), size, slot};
+  return fill_payload(slots_[slot]);
+}
+
 // What the inbox holds of the payload is copied; the rest is read straight into place, along
 // with whatever follows it (into the inbox). True when the payload is whole already.
-bool tcp_stream::take_payload() {
-  std::span<std::byte> into;
-  if (header_.type == frame_type::data || header_.type == frame_type::message) {
-    if (header_.payload_length >= min_inbox_segment && inbox_end_ - inbox_begin_ >= header_.payload_length) {
-      payload_segment_ = {inbox().data() + inbox_begin_, header_.payload_length, inbox_slot_};
-      inbox_begin_ += header_.payload_length;
-      return true;
-    }
-    const std::uint32_t slot = take_slot(header_.payload_length);
-    into = slots_[slot];
-    payload_segment_ = {into.data(), into.size(), slot};
-  } else {
-    scratch_.resize(header_.payload_length);
-    into = scratch_;
-  }
+bool tcp_stream::fill_payload(std::span<std::byte> into) {
   const std::size_t ready = std::min(into.size(), inbox_end_ - inbox_begin_);
   if (ready > 0) std::memcpy(into.data(), inbox().data() + inbox_begin_, ready);
   inbox_begin_ += ready;
@@ -225,8 +306,15 @@ void tcp_stream::on_payload_part(error_code ec, std::size_t n) {
 void tcp_stream::on_payload(error_code ec) {
   reading_ = false;
   if (closed_ || broken_) return;
-  if (ec == error::eof) return connection_lost(truncated);
-  if (ec) return connection_lost(ec);
+  if (ec) {
+    // Stream bytes that arrived are the reader's, as a reader waiting for them would have had
+    // them (read_data_directly); the rest of a frame is lost with the connection.
+    if (header_.type == frame_type::data) {
+      payload_segment_.size -= payload_.size();
+      if (payload_segment_.size > 0) on_stream_frame();
+    }
+    return connection_lost(ec == error::eof ? truncated : ec);
+  }
   handle_frame();
   read_frames();
 }

@@ -9,6 +9,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -251,6 +252,66 @@ inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& i
     co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
     BOOST_TEST(std::string(got.data(), 10) == "still here");
   });
+}
+
+/// Large writes of random sizes against reads of random sizes in one to three pieces, some
+/// cancelled a few turns after they start: every byte arrives once, in order, and a cancelled
+/// read ends with operation_aborted having taken none. Over TCP a read that waits takes bytes
+/// from the socket straight into its buffers (direct_bytes_read counts them); over RDMA they
+/// land in the receive buffers first.
+inline void waiting_reads_of_random_sizes(asio::io_context& io, socket& a, socket& b) {
+  const auto data = random_bytes(8 << 20, 12);
+  std::vector<std::byte> got(data.size());
+  const std::uint64_t direct_before = b.impl()->direct_bytes_read();
+  std::size_t cancelled = 0, have = 0;
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    auto writer = [&]() -> asio::awaitable<void> {
+      std::mt19937 rng(13);
+      for (std::size_t sent = 0; sent < data.size();) {
+        const std::size_t n = std::min<std::size_t>(data.size() - sent, 1 + rng() % (512 << 10));
+        sent += co_await asio::async_write(a, asio::buffer(data.data() + sent, n), asio::use_awaitable);
+        // A writer no faster than its reader, so that reads wait for bytes.
+        while (sent - have > (256 << 10)) co_await asio::post(io, asio::use_awaitable);
+      }
+    };
+    auto reader = [&]() -> asio::awaitable<void> {
+      std::mt19937 rng(14);
+      while (have < data.size()) {
+        const std::size_t size = std::min<std::size_t>(data.size() - have, 1 + rng() % (256 << 10));
+        std::byte* at = got.data() + have;
+        const std::size_t first = size / 3, second = rng() % 2 == 0 ? 0 : size / 3;
+        const std::array<asio::mutable_buffer, 3> pieces{
+            asio::buffer(at, first), asio::buffer(at + first, second),
+            asio::buffer(at + first + second, size - first - second)};
+        asio::cancellation_signal signal;
+        std::optional<std::pair<error_code, std::size_t>> result;
+        b.async_read_some(pieces,
+                          asio::bind_cancellation_slot(
+                              signal.slot(), [&](error_code ec, std::size_t n) { result.emplace(ec, n); }));
+        const bool cancel = rng() % 5 == 0;
+        for (unsigned turns = rng() % 4; !result;) {
+          if (cancel && turns-- == 0) signal.emit(asio::cancellation_type::terminal);
+          co_await asio::post(io, asio::use_awaitable);
+        }
+        if (result->first) {
+          BOOST_TEST_REQUIRE((result->first == asio::error::operation_aborted), result->first.message());
+          BOOST_TEST_REQUIRE(result->second == 0u);
+          ++cancelled;
+        }
+        have += result->second;
+      }
+    };
+    co_await (writer() && reader());
+  });
+  BOOST_TEST((got == data));
+  BOOST_TEST(cancelled > 0u);
+  const std::uint64_t direct_bytes = b.impl()->direct_bytes_read() - direct_before;
+  if (a.transport_in_use() == transport::tcp) {
+    BOOST_TEST(direct_bytes > data.size() / 4,
+               direct_bytes << " of " << data.size() << " bytes read uncopied");
+  } else {
+    BOOST_TEST(direct_bytes == 0u);
+  }
 }
 
 /// A large write cancelled while the peer reads nothing ends with operation_aborted and the

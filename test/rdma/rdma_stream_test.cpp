@@ -51,6 +51,11 @@ BOOST_AUTO_TEST_CASE(cancelled_read) {
   test::read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(waiting_reads) {
+  rdma_socket_pair p;
+  test::waiting_reads_of_random_sizes(p.io, p.a, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(close) {
   rdma_socket_pair p;
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b, false);

@@ -7,6 +7,7 @@
 #include <boost/asio/buffer.hpp>
 #include <cstddef>
 #include <cstring>
+#include <span>
 
 namespace coverbs::detail {
 
@@ -34,9 +35,9 @@ class buffer_list {
   }
   bool empty() const noexcept { return first_ == count_; }
 
-  /// The first `limit` bytes (fewer if the list holds fewer) as buffers in `out`, consuming
-  /// nothing; returns how many buffers that took.
-  std::size_t view_front(std::size_t limit, std::array<Buffer, capacity>& out) const noexcept {
+  /// The first `limit` bytes (fewer if the list holds fewer) as buffers in `out` (room for
+  /// `capacity`), consuming nothing; returns how many buffers that took.
+  std::size_t view_front(std::size_t limit, std::span<Buffer> out) const noexcept {
     std::size_t used = 0;
     for (std::size_t i = first_; i < count_ && limit > 0; ++i) {
       out[used++] = Buffer(buffers_[i].data(), std::min(limit, buffers_[i].size()));

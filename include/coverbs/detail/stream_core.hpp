@@ -116,6 +116,9 @@ class stream_core : public handler_holder {
   /// writes from memory registered on this connection; TCP: writes and messages of
   /// `min_direct_bytes` or more).
   std::uint64_t direct_bytes_written() const noexcept { return direct_total_; }
+  /// Bytes read so far from the wire straight into a waiting reader's buffers (TCP only: RDMA
+  /// receives into its pooled buffers).
+  std::uint64_t direct_bytes_read() const noexcept { return direct_read_total_; }
 
  protected:
   struct segment {
@@ -144,6 +147,14 @@ class stream_core : public handler_holder {
   }
   /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
   void destroy_pending() noexcept;
+  /// The buffers of a read waiting for bytes (none are queued then), which the transport may
+  /// fill straight from the wire and then end with `complete_waiting_read`; null if none waits.
+  mutable_buffer_list* waiting_read() noexcept {
+    return read_ && !failure_ && !end_of_stream_ ? &read_->buffers : nullptr;
+  }
+  /// Ends the waiting read with the `n` bytes the transport put into its buffers, `uncopied`
+  /// of them read straight from the wire.
+  void complete_waiting_read(std::size_t n, std::size_t uncopied);
 
   // What the transport provides.
   /// A segment was consumed; its memory may be reused.
@@ -199,7 +210,7 @@ class stream_core : public handler_holder {
   /// it does, the operation cannot be recalled (nor completed by a failure) and ends in
   /// direct_done.
   std::array<std::size_t, 2> direct_bytes_{};
-  std::uint64_t direct_total_ = 0;
+  std::uint64_t direct_total_ = 0, direct_read_total_ = 0;
   fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
   std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;

@@ -72,11 +72,16 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   // Receiving.
   void read_frames();
   void resume_reading();
+  void read_frames_later();
   void fill_inbox();
   void on_inbox(error_code ec, std::size_t n);
   error_code check_sequence() const;
   error_code check_response() const;
   bool take_payload();
+  bool take_data();
+  bool read_data_directly(mutable_buffer_list& reader);
+  bool take_segment(std::size_t size);
+  bool fill_payload(std::span<std::byte> into);
   void on_payload(error_code ec);
   void handle_frame();
   void on_hello();
@@ -141,6 +146,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t inbox_begin_ = 0, inbox_end_ = 0;
   std::span<std::byte> payload_;  ///< the part of the payload being read that has not arrived
   wire::frame_header header_;
+  std::size_t data_left_ = 0;       ///< bytes of the data frame in hand not yet taken
+  bool yielded_ = false;            ///< take_data waited a turn for a reader
   segment payload_segment_{};       ///< the payload of the data or message frame in hand
   std::vector<std::byte> scratch_;  ///< payloads of write requests and read responses
   std::size_t held_bytes_ = 0;
