@@ -1,6 +1,8 @@
 // One-sided operations of coverbs::socket over the TCP fallback on loopback: the bodies RDMA
 // runs (test/rdma/rdma_one_sided_test.cpp), then what only TCP has: a peer that breaks the
 // protocol.
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <deque>
@@ -246,6 +248,43 @@ BOOST_AUTO_TEST_CASE(end_of_stream_inside_a_frame_is_a_reset_connection) {
   }
   BOOST_TEST((read.ec == asio::error::connection_reset), read.ec.message());
   BOOST_TEST(got == std::string(10, '\x5a'));
+}
+
+// Messages that come in parts while a receive waits: the receive gets the whole message; and
+// where it is cancelled in between, what came is kept for the next receive.
+BOOST_AUTO_TEST_CASE(messages_in_parts) {
+  raw_peer p;
+  constexpr std::size_t size = 40000, first_part = 25000;
+  std::vector<std::byte> payload(size);
+  for (std::size_t i = 0; i < size; ++i) payload[i] = static_cast<std::byte>(i * 7 + i / 251);
+  std::vector<std::byte> message(wire::header_size);
+  wire::encode_header({.type = frame_type::message, .payload_length = size, .length = size},
+                      std::span<std::byte, wire::header_size>(message.data(), wire::header_size));
+  message.insert(message.end(), payload.begin(), payload.end());
+  const std::span<const std::byte> head = std::span(message).first(wire::header_size + first_part);
+  const std::span<const std::byte> tail = std::span(message).subspan(head.size());
+  for (const bool cancel : {false, true}) {
+    std::vector<std::byte> got(size);
+    asio::cancellation_signal signal;
+    outcome first;
+    p.a.async_receive(asio::buffer(got), asio::bind_cancellation_slot(signal.slot(), record(first)));
+    p.send_bytes(head);
+    p.io.restart();
+    p.io.run_for(std::chrono::milliseconds(200));  // the first part arrives and is taken
+    BOOST_TEST_REQUIRE(!first.done);
+    if (cancel) {
+      signal.emit(asio::cancellation_type::terminal);
+      run_until_done(p.io, [&] { return first.done; });
+      BOOST_TEST((first.ec == asio::error::operation_aborted), first.ec.message());
+      std::fill(got.begin(), got.end(), std::byte{0});  // the caller's again
+      p.a.async_receive(asio::buffer(got), record(first = {}));
+    }
+    p.send_bytes(tail);
+    run_until_done(p.io, [&] { return first.done; });
+    BOOST_TEST(!first.ec, first.ec.message());
+    BOOST_TEST(first.value == size);
+    BOOST_TEST((got == payload));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(lost_connection_times_out_unanswered_requests) {
