@@ -105,6 +105,10 @@ void tcp_stream::read_frames() {
       if (!take_data()) return;
       continue;
     }
+    if (write_in_hand_) {
+      if (!take_write()) return;
+      continue;
+    }
     if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
     const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
     const std::span<const std::byte, wire::header_size> header(inbox().data() + inbox_begin_,
@@ -113,6 +117,10 @@ void tcp_stream::read_frames() {
     inbox_begin_ += wire::header_size;
     if (header_.type == frame_type::data) {
       data_left_ = header_.payload_length;
+      continue;
+    }
+    if (header_.type == frame_type::write || header_.type == frame_type::write_with_immediate) {
+      start_write();
       continue;
     }
     if (!take_payload()) return;  // the rest is on its way; on_payload goes on
@@ -241,10 +249,7 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
     inbox_end_ = got - uncopied;
   }
   if (ec == error::would_block && n == 0) {
-    reading_ = true;  // on_inbox goes on once the socket is readable, a reader waiting or not
-    socket_.async_wait(boost::asio::socket_base::wait_read,
-                       boost::asio::bind_allocator(
-                           allocator(), [self = shared_from_this()](error_code e) { self->on_inbox(e, 0); }));
+    wait_readable();
     return false;
   }
   if (n > 0) complete_waiting_read(n, uncopied);
@@ -252,6 +257,67 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
     connection_lost(ec == error::eof ? truncated : ec);
     return false;
   }
+  return true;
+}
+
+// read_frames goes on once the socket is readable (on_inbox, no bytes read yet).
+void tcp_stream::wait_readable() {
+  reading_ = true;
+  socket_.async_wait(boost::asio::socket_base::wait_read,
+                     boost::asio::bind_allocator(
+                         allocator(), [self = shared_from_this()](error_code e) { self->on_inbox(e, 0); }));
+}
+
+void tcp_stream::start_write() {
+  const wire::frame_header& h = header_;
+  write_in_hand_ = true;
+  write_done_ = 0;
+  // The whole rest of the operation is checked first, so a write that would run past its
+  // region is refused at its first part and writes nothing, as a device checks the RETH length.
+  write_error_ = regions_.check(h.rkey, h.remote_address, h.length, verbs::access::remote_write);
+}
+
+// A write's payload goes straight into its region, from the inbox and then from the socket,
+// with no copy in between. The region is looked up again before each copy or read, which the
+// socket does at once (never an asynchronous read into it): the application may deregister it
+// between two reads, and then nothing more is written there. A refused write's bytes are read
+// and dropped. False while waiting for the socket.
+bool tcp_stream::take_write() {
+  const wire::frame_header& h = header_;
+  while (write_done_ < h.payload_length) {
+    const std::size_t left = h.payload_length - write_done_;
+    std::byte* at = nullptr;
+    if (!write_error_) write_error_ = regions_.write_target(h.rkey, h.remote_address + write_done_, left, at);
+    if (write_error_) {
+      scratch_.resize(left);
+      at = scratch_.data();
+    }
+    if (const std::size_t ready = std::min(left, inbox_end_ - inbox_begin_); ready > 0) {
+      std::memcpy(at, inbox().data() + inbox_begin_, ready);
+      inbox_begin_ += ready;
+      write_done_ += ready;
+      continue;
+    }
+    inbox_begin_ = inbox_end_ = 0;
+    const std::span<std::byte> inbox = writable_inbox();
+    const std::array<boost::asio::mutable_buffer, 2> into{boost::asio::buffer(at, left),
+                                                          boost::asio::buffer(inbox.data(), inbox.size())};
+    error_code ec;
+    const std::size_t got = socket_.read_some(into, ec);
+    if (ec == error::would_block) {
+      wait_readable();
+      return false;
+    }
+    if (ec) {
+      connection_lost(ec == error::eof ? truncated : ec);
+      return false;
+    }
+    const std::size_t taken = std::min(got, left);
+    write_done_ += taken;
+    inbox_end_ = got - taken;
+  }
+  write_in_hand_ = false;
+  answer_write(std::exchange(write_error_, {}));
   return true;
 }
 
@@ -325,7 +391,7 @@ void tcp_stream::handle_frame() {
     case frame_type::data:
     case frame_type::message: on_stream_frame(); break;
     case frame_type::write:
-    case frame_type::write_with_immediate: answer_write(); break;
+    case frame_type::write_with_immediate: break;  // take_write answers them
     case frame_type::read_request: answer_read(); break;
     case frame_type::atomic_fetch_add:
     case frame_type::atomic_compare_swap: answer_atomic(); break;
@@ -398,12 +464,8 @@ void tcp_stream::release(std::uint32_t tag) {
 
 // --- responder ----------------------------------------------------------------------------
 
-void tcp_stream::answer_write() {
+void tcp_stream::answer_write(error_code ec) {
   const wire::frame_header& h = header_;
-  // The whole rest of the operation is checked first, so a write that would run past its
-  // region is refused at its first part and writes nothing, as a device checks the RETH length.
-  error_code ec = regions_.check(h.rkey, h.remote_address, h.length, verbs::access::remote_write);
-  if (!ec) ec = regions_.apply_write(h.rkey, h.remote_address, std::span(scratch_.data(), h.payload_length));
   send_frame({.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)},
              take_frame(0), true);
   if (ec) return refuse(ec);

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <deque>
+#include <optional>
 #include <random>
 
 #include "one_sided_tests.hpp"
@@ -284,6 +285,49 @@ BOOST_AUTO_TEST_CASE(messages_in_parts) {
     BOOST_TEST(!first.ec, first.ec.message());
     BOOST_TEST(first.value == size);
     BOOST_TEST((got == payload));
+  }
+}
+
+// A write whose payload comes in parts goes into its region as it comes; where the region is
+// deregistered between the parts, nothing more is written there and the write is refused with
+// remote_access, as a device refuses a write to a key gone.
+BOOST_AUTO_TEST_CASE(write_in_parts_stops_at_deregistration) {
+  constexpr std::size_t size = 40000, first_part = 25000;
+  std::vector<std::byte> payload(size);
+  for (std::size_t i = 0; i < size; ++i) payload[i] = static_cast<std::byte>(i * 5 + i / 253 + 1);
+  for (const bool deregister : {false, true}) {
+    BOOST_TEST_CONTEXT("deregistered between the parts: " << deregister) {
+      raw_peer p;
+      std::vector<std::byte> memory(size, std::byte{0});
+      std::optional<registered_memory> region(p.a.register_memory(memory, test::all_remote_rights));
+      const remote_buffer r = region->remote();
+      std::vector<std::byte> bytes(wire::header_size);
+      wire::encode_header({.type = frame_type::write,
+                           .payload_length = size,
+                           .request_id = 5,
+                           .remote_address = r.address,
+                           .rkey = r.rkey,
+                           .length = size},
+                          std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
+      bytes.insert(bytes.end(), payload.begin(), payload.end());
+      p.send_bytes(std::span(bytes).first(wire::header_size + first_part));
+      p.io.restart();
+      p.io.run_for(std::chrono::milliseconds(200));  // the first part arrives and is written
+      BOOST_TEST(std::equal(memory.begin(), memory.begin() + first_part, payload.begin()));
+      if (deregister) region.reset();
+      p.send_bytes(std::span(bytes).subspan(wire::header_size + first_part));
+      const frame answer = p.receive();
+      BOOST_TEST((answer.h.type == frame_type::write_response));
+      BOOST_TEST(answer.h.request_id == 5u);
+      if (deregister) {
+        BOOST_TEST((answer.h.status == frame_status::remote_access));
+        BOOST_TEST(std::all_of(memory.begin() + first_part, memory.end(),
+                               [](std::byte b) { return b == std::byte{0}; }));
+      } else {
+        BOOST_TEST((answer.h.status == frame_status::ok));
+        BOOST_TEST((memory == payload));
+      }
+    }
   }
 }
 

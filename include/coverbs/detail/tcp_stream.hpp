@@ -80,6 +80,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool take_payload();
   bool take_data();
   bool read_data_directly(mutable_buffer_list& reader);
+  void wait_readable();
   bool take_segment(std::size_t size);
   bool fill_payload(std::span<std::byte> into);
   void on_payload(error_code ec);
@@ -89,7 +90,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void on_close();
 
   // Responder.
-  void answer_write();
+  void start_write();
+  bool take_write();
+  void answer_write(error_code ec);
   void answer_read();
   void answer_atomic();
   void refuse(error_code ec);
@@ -148,6 +151,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   wire::frame_header header_;
   std::size_t data_left_ = 0;       ///< bytes of the data frame in hand not yet taken
   bool yielded_ = false;            ///< take_data waited a turn for a reader
+  bool write_in_hand_ = false;      ///< a write frame's payload is being taken (take_write)
+  std::size_t write_done_ = 0;      ///< bytes of that payload taken
+  error_code write_error_;          ///< why that write is refused, if it is
   segment payload_segment_{};       ///< the payload of the data or message frame in hand
   std::vector<std::byte> scratch_;  ///< payloads of write requests and read responses
   std::size_t held_bytes_ = 0;

@@ -31,6 +31,12 @@ class region_table {
   /// RDMA WRITE of `data` at `addr` (needs remote_write).
   std::error_code apply_write(std::uint32_t rkey, std::uint64_t addr,
                               std::span<const std::byte> data) noexcept;
+  /// Where an RDMA WRITE of `length` bytes at `addr` lands, after apply_write's checks, for a
+  /// caller that fills it at once (a later call may deregister the region).
+  std::error_code write_target(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
+                               std::byte*& at) const noexcept {
+    return locate(rkey, addr, length, verbs::access::remote_write, at);
+  }
   /// RDMA READ of `length` bytes at `addr` into the front of `out` (needs remote_read).
   /// `out` shorter than `length` gives errc::buffer_too_small.
   std::error_code apply_read(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
