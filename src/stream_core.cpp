@@ -127,6 +127,14 @@ void stream_core::complete(Handler& handler, error_code ec, Value value, bool de
   hand_over(boost::asio::append(std::move(handler), ec, value), defer);
 }
 
+// The operation is over before its handler runs: the handler may start the next one.
+template <class Pending>
+void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, std::size_t n, bool defer) {
+  auto h = std::move(pending->handler);
+  pending.reset();
+  complete(h, ec, n, defer);
+}
+
 error_code stream_core::read_error() const {
   if (failure_) return *failure_;
   return error::eof;
@@ -148,11 +156,7 @@ void stream_core::read_some(const mutable_buffer_list& buffers, size_handler han
 
 void stream_core::serve_read(bool defer) {
   if (!read_) return;
-  if (read_->buffers.empty()) {  // Asio: a zero-sized read completes at once
-    auto h = std::move(read_->handler);
-    read_.reset();
-    return complete(h, {}, 0, defer);
-  }
+  if (read_->buffers.empty()) return end_operation(read_, {}, 0, defer);  // Asio: at once
   std::size_t total = 0;
   while (!bytes_.empty() && !read_->buffers.empty()) {
     segment& s = bytes_.front();
@@ -167,16 +171,12 @@ void stream_core::serve_read(bool defer) {
     }
   }
   if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
-  auto h = std::move(read_->handler);
-  read_.reset();
-  complete(h, total > 0 ? error_code{} : read_error(), total, defer);
+  end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer);
 }
 
 void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
   direct_read_total_ += uncopied;
-  auto h = std::move(read_->handler);
-  read_.reset();
-  complete(h, {}, n, false);
+  end_operation(read_, {}, n, false);
 }
 
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
@@ -190,19 +190,17 @@ void stream_core::serve_receive(bool defer) {
   if (!receive_) return;
   if (messages_.empty()) {
     if (!end_of_stream_ && !failure_) return;
-    auto h = std::move(receive_->handler);
-    receive_.reset();
-    return complete(h, read_error(), 0, defer);
+    return end_operation(receive_, read_error(), 0, defer);
   }
   const segment s = messages_.front();
-  auto h = std::move(receive_->handler);
-  if (receive_->buffers.bytes() < s.size) {
-    receive_.reset();
-    return complete(h, error::message_size, 0, defer);  // kept queued: no data is lost
-  }
+  // Too large for the buffers: it stays queued, so no data is lost.
+  if (receive_->buffers.bytes() < s.size) return end_operation(receive_, error::message_size, 0, defer);
   receive_->buffers.put(s.data, s.size);
-  receive_.reset();
   messages_.pop_front();
+  // Ended before release(), which may post a credit and fail the connection (serve_receive
+  // must not find this receive then), and completed after it.
+  auto h = std::move(receive_->handler);
+  receive_.reset();
   release(s.tag);
   complete(h, {}, s.size, defer);
 }
@@ -234,9 +232,7 @@ void stream_core::serve_write(bool defer) {
     n = transmit(write_->buffers, false);
     if (n == 0) return;  // no credit or buffer now; capacity_available() retries
   }
-  auto h = std::move(write_->handler);
-  write_.reset();
-  complete(h, ec, n, defer);
+  end_operation(write_, ec, n, defer);
 }
 
 void stream_core::direct_done(bool message, error_code ec) {
@@ -244,10 +240,8 @@ void stream_core::direct_done(bool message, error_code ec) {
   if (!ec) direct_total_ += n;
   std::optional<pending_write>& pending = message ? send_ : write_;
   if (!pending) return;  // destroyed with the context
-  auto h = std::move(pending->handler);
-  pending.reset();
   if (ec && failure_) ec = write_error();
-  complete(h, ec, ec ? 0 : n, false);
+  end_operation(pending, ec, ec ? 0 : n, false);
 }
 
 void stream_core::send_message(const const_buffer_list& buffers, size_handler handler) {
@@ -271,9 +265,7 @@ void stream_core::serve_send(bool defer) {
   } else if (transmit(send_->buffers, true) == 0) {  // transports return at least 1 when they took it
     return;
   }
-  auto h = std::move(send_->handler);
-  send_.reset();
-  complete(h, ec, ec ? 0 : size, defer);
+  end_operation(send_, ec, ec ? 0 : size, defer);
 }
 
 void stream_core::cancel() {
@@ -283,10 +275,7 @@ void stream_core::cancel() {
 
 void stream_core::cancel(op which) {
   auto abort = [&](auto& pending) {
-    if (!pending) return;
-    auto h = std::move(pending->handler);
-    pending.reset();
-    complete(h, error::operation_aborted, 0, true);
+    if (pending) end_operation(pending, error::operation_aborted, 0, true);
   };
   switch (which) {
     case op::read: return abort(read_);
