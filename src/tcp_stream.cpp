@@ -658,6 +658,10 @@ std::size_t tcp_stream::send_direct_frame(const wire::frame_header& h, const con
 
 void tcp_stream::queue_frame(const wire::frame_header& h, outgoing_frame f) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(f.bytes.data(), wire::header_size));
+  queue_bytes(std::move(f));
+}
+
+void tcp_stream::queue_bytes(outgoing_frame f) {
   outgoing_bytes_ += f.bytes.size();
   if (f.response) ++responses_queued_;
   outgoing_.push_back(std::move(f));
@@ -753,10 +757,35 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
     return 0;
   }
   const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
-  std::vector<std::byte> frame = take_frame(n);
-  buffers.take(frame.data() + wire::header_size, n);
-  send_frame(payload_header(n, message), std::move(frame));
+  std::array<std::byte, wire::header_size> header;
+  wire::encode_header(payload_header(n, message), header);
+  const std::size_t written = write_at_once(header, buffers, n);
+  if (written == header.size() + n) {
+    buffers.consume(n);
+  } else {  // what the socket did not take goes out from a frame, as if it had taken none
+    std::vector<std::byte> frame = take_frame(n);
+    std::memcpy(frame.data(), header.data(), header.size());
+    buffers.take(frame.data() + header.size(), n);
+    frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
+    queue_bytes({std::move(frame)});
+  }
   return n > 0 ? n : 1;  // an empty message still counts as sent
+}
+
+// A small write or message costs a copy into a frame, a queued asynchronous write and its
+// completion handler; when nothing else is waiting to go out, one non-blocking writev of the
+// header and the caller's buffers does it all, which is what a write on an Asio socket costs.
+// A failure is left to the queued path, which reports it.
+std::size_t tcp_stream::write_at_once(std::span<const std::byte> header, const const_buffer_list& payload,
+                                      std::size_t n) {
+  if (writing_ || !outgoing_.empty() || closed_) return 0;
+  std::array<boost::asio::const_buffer, 1 + const_buffer_list::capacity> pieces;
+  pieces[0] = boost::asio::buffer(header.data(), header.size());
+  const std::size_t count = 1 + payload.view_front(n, std::span(pieces).subspan(1));
+  error_code ec;
+  const std::size_t written =
+      socket_.write_some(std::span<const boost::asio::const_buffer>(pieces.data(), count), ec);
+  return ec ? 0 : written;
 }
 
 // A large write or message goes out as a header followed by the caller's own buffers, gathered

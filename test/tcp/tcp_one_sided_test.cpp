@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <deque>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -286,6 +287,42 @@ BOOST_AUTO_TEST_CASE(messages_in_parts) {
     BOOST_TEST(first.value == size);
     BOOST_TEST((got == payload));
   }
+}
+
+// A message goes to the socket at once while nothing is queued before it; when the socket takes
+// only part of one (its buffers full: the peer reads late), the rest follows from a frame, and
+// the peer still gets every message whole and in order.
+BOOST_AUTO_TEST_CASE(sends_the_socket_takes_in_part) {
+  raw_peer p;
+  // 12 MiB: more than the loopback socket buffers and the stream's own queue hold unread.
+  constexpr std::size_t size = 3001, count = 4000;
+  auto content = [](std::size_t i, std::size_t k) {
+    return static_cast<std::byte>(i * 31 + k * 7 + k / 241);
+  };
+  std::vector<std::byte> message(size);
+  std::size_t sent = 0;
+  boost::system::error_code failure;
+  std::function<void()> send_next = [&] {
+    for (std::size_t k = 0; k < size; ++k) message[k] = content(sent, k);  // the caller's again
+    p.a.async_send(asio::buffer(message), [&](boost::system::error_code ec, std::size_t) {
+      if (ec) return void(failure = ec);
+      if (++sent < count) send_next();
+    });
+  };
+  send_next();
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(300));
+  BOOST_TEST_REQUIRE(sent < count, "the socket's buffers never filled");
+  for (std::size_t i = 0; i < count; ++i) {
+    const frame f = p.receive();
+    BOOST_TEST_REQUIRE((f.h.type == frame_type::message));
+    BOOST_TEST_REQUIRE(f.h.payload_length == size);
+    bool intact = true;
+    for (std::size_t k = 0; k < size; ++k) intact = intact && f.payload[k] == content(i, k);
+    BOOST_TEST_REQUIRE(intact, "message " << i << " arrived altered");
+  }
+  BOOST_TEST(!failure, failure.message());
+  BOOST_TEST(sent == count);
 }
 
 // A write whose payload comes in parts goes into its region as it comes; where the region is

@@ -62,6 +62,17 @@ class buffer_list {
     return done;
   }
 
+  /// Drops up to `n` bytes from the front (they were used where they are).
+  void consume(std::size_t n) noexcept {
+    while (n > 0 && first_ < count_) {
+      auto& b = buffers_[first_];
+      const std::size_t k = std::min(n, b.size());
+      n -= k;
+      b += k;
+      if (b.size() == 0) ++first_;
+    }
+  }
+
   /// Copies up to `n` bytes of `in` into the front, consuming that space; returns the count.
   std::size_t put(const std::byte* in, std::size_t n) noexcept
     requires std::is_same_v<Buffer, boost::asio::mutable_buffer>

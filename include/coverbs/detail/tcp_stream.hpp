@@ -113,6 +113,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload);
   /// Writes `h` into the frame's first bytes and queues it, writing now if nothing is.
   void queue_frame(const wire::frame_header& h, outgoing_frame f);
+  /// Queues bytes that are already on the wire's format, writing now if nothing is queued.
+  void queue_bytes(outgoing_frame f);
+  /// With nothing queued or being written, writes `header` and `n` bytes of `payload` by one
+  /// non-blocking system call, as an Asio socket's write does; returns how much it took.
+  std::size_t write_at_once(std::span<const std::byte> header, const const_buffer_list& payload,
+                            std::size_t n);
   /// Whether stream data or a message can be queued now (the peer's limits known, room left).
   bool takes_payload() const noexcept;
   void write_next();
