@@ -547,13 +547,11 @@ void tcp_stream::send_request_frame(one_sided_op& op) {
   }
   const std::uint64_t offset = std::uint64_t{op.sent} * limit_;
   const wire::frame_header h = request_header(op, offset);
-  std::vector<std::byte> frame = take_frame(h.payload_length);
-  if (h.payload_length != 0) {
-    std::memcpy(frame.data() + wire::header_size, static_cast<const std::byte*>(r.local.data) + offset, h.payload_length);
-  }
+  const_buffer_list payload(
+      boost::asio::buffer(static_cast<const std::byte*>(r.local.data) + offset, h.payload_length));
   ++op.sent;
   ++unanswered_;
-  send_frame(h, std::move(frame));
+  send_copied(h, payload);
 }
 
 // The header of `op`'s next part, which starts `offset` bytes into it.
@@ -757,19 +755,24 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
     return 0;
   }
   const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
-  std::array<std::byte, wire::header_size> header;
-  wire::encode_header(payload_header(n, message), header);
-  const std::size_t written = write_at_once(header, buffers, n);
-  if (written == header.size() + n) {
-    buffers.consume(n);
-  } else {  // what the socket did not take goes out from a frame, as if it had taken none
-    std::vector<std::byte> frame = take_frame(n);
-    std::memcpy(frame.data(), header.data(), header.size());
-    buffers.take(frame.data() + header.size(), n);
-    frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
-    queue_bytes({std::move(frame)});
-  }
+  send_copied(payload_header(n, message), buffers);
   return n > 0 ? n : 1;  // an empty message still counts as sent
+}
+
+// The frame goes to the socket at once if nothing is queued (write_at_once); what the socket
+// does not take is copied into a frame and queued, as if it had taken none. Either way the
+// caller's memory is free again on return.
+void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& payload) {
+  const std::size_t n = h.payload_length;
+  std::array<std::byte, wire::header_size> header;
+  wire::encode_header(h, header);
+  const std::size_t written = write_at_once(header, payload, n);
+  if (written == header.size() + n) return payload.consume(n);
+  std::vector<std::byte> frame = take_frame(n);
+  std::memcpy(frame.data(), header.data(), header.size());
+  payload.take(frame.data() + header.size(), n);
+  frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
+  queue_bytes({std::move(frame)});
 }
 
 // A small write or message costs a copy into a frame, a queued asynchronous write and its

@@ -113,6 +113,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload);
   /// Writes `h` into the frame's first bytes and queues it, writing now if nothing is.
   void queue_frame(const wire::frame_header& h, outgoing_frame f);
+  /// Sends a frame of `h` and the first `h.payload_length` bytes of `payload` (which it
+  /// consumes), leaving no reference to the caller's memory.
+  void send_copied(const wire::frame_header& h, const_buffer_list& payload);
   /// Queues bytes that are already on the wire's format, writing now if nothing is queued.
   void queue_bytes(outgoing_frame f);
   /// With nothing queued or being written, writes `header` and `n` bytes of `payload` by one
