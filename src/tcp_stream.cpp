@@ -474,16 +474,16 @@ void tcp_stream::answer_write(error_code ec) {
 
 void tcp_stream::answer_read() {
   const wire::frame_header& h = header_;
-  std::vector<std::byte> frame = take_frame(h.length);
-  const error_code ec =
-      regions_.apply_read(h.rkey, h.remote_address, h.length, std::span(frame).subspan(wire::header_size));
-  if (ec) frame.resize(wire::header_size);
-  send_frame({.type = frame_type::read_response,
-              .payload_length = ec ? 0 : h.length,
-              .request_id = h.request_id,
-              .length = h.length,
-              .status = wire::to_status(ec)},
-             std::move(frame), true);
+  std::byte* at = nullptr;
+  const error_code ec = regions_.read_source(h.rkey, h.remote_address, h.length, at);
+  const std::size_t n = ec ? 0 : h.length;
+  const_buffer_list payload(boost::asio::buffer(at, n));
+  send_copied({.type = frame_type::read_response,
+               .payload_length = static_cast<std::uint32_t>(n),
+               .request_id = h.request_id,
+               .length = h.length,
+               .status = wire::to_status(ec)},
+              payload, true);
   if (ec) refuse(ec);
 }
 
@@ -762,7 +762,7 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
 // The frame goes to the socket at once if nothing is queued (write_at_once); what the socket
 // does not take is copied into a frame and queued, as if it had taken none. Either way the
 // caller's memory is free again on return.
-void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& payload) {
+void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& payload, bool response) {
   const std::size_t n = h.payload_length;
   std::array<std::byte, wire::header_size> header;
   wire::encode_header(h, header);
@@ -772,7 +772,7 @@ void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& pay
   std::memcpy(frame.data(), header.data(), header.size());
   payload.take(frame.data() + header.size(), n);
   frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
-  queue_bytes({std::move(frame)});
+  queue_bytes({std::move(frame), response});
 }
 
 // A small write or message costs a copy into a frame, a queued asynchronous write and its

@@ -114,8 +114,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// Writes `h` into the frame's first bytes and queues it, writing now if nothing is.
   void queue_frame(const wire::frame_header& h, outgoing_frame f);
   /// Sends a frame of `h` and the first `h.payload_length` bytes of `payload` (which it
-  /// consumes), leaving no reference to the caller's memory.
-  void send_copied(const wire::frame_header& h, const_buffer_list& payload);
+  /// consumes), leaving no reference to the caller's memory; a `response` counts against the
+  /// peer's unread responses while it is queued.
+  void send_copied(const wire::frame_header& h, const_buffer_list& payload, bool response = false);
   /// Queues bytes that are already on the wire's format, writing now if nothing is queued.
   void queue_bytes(outgoing_frame f);
   /// With nothing queued or being written, writes `header` and `n` bytes of `payload` by one

@@ -37,6 +37,12 @@ class region_table {
                                std::byte*& at) const noexcept {
     return locate(rkey, addr, length, verbs::access::remote_write, at);
   }
+  /// Where an RDMA READ of `length` bytes at `addr` comes from, after apply_read's checks, for
+  /// a caller that takes the bytes at once.
+  std::error_code read_source(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
+                              std::byte*& at) const noexcept {
+    return locate(rkey, addr, length, verbs::access::remote_read, at);
+  }
   /// RDMA READ of `length` bytes at `addr` into the front of `out` (needs remote_read).
   /// `out` shorter than `length` gives errc::buffer_too_small.
   std::error_code apply_read(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
