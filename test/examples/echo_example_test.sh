@@ -50,9 +50,11 @@ expect 0 "3 connections, 200 round trips of 1000 bytes" 'round trips/s, every re
 out_has "3 connection\(s\) to .* over $mode," "client reports $mode"
 out_has 'latency us: p50 [0-9.e+]+  p99 [0-9.e+]+  p99.9 [0-9.e+]+  max [0-9.e+]+$' "client reports percentiles"
 # Messages far larger than the receive buffers in flight: a client that wrote before reading
-# would stall here.
+# would stall here, which the client's reply timeout turns into a failure. The timeout is
+# generous: in the emulated VM on a loaded host a 4 MiB round trip once took over 10 s.
 expect 0 "2 connections, 4 round trips of 4 MiB" 'every reply matched' \
-    "$client" --connect "$addr:$port" --transport "$mode" --connections 2 --messages 4 --size 4194304
+    "$client" --connect "$addr:$port" --transport "$mode" --connections 2 --messages 4 --size 4194304 \
+    --timeout 30
 server_exits 0 "server exits after --connections 5"
 log_has 5 "^echo_server: \[[0-9]\] .* connected over $mode$" "server logs 5 connections over $mode"
 log_has 5 'closed: echoed [0-9]+ bytes in .*\(client closed\)$' "server logs 5 orderly ends"
