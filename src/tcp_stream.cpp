@@ -1,5 +1,7 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
+#include <limits>
+
 #include <boost/asio/append.hpp>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -28,6 +30,7 @@ constexpr std::size_t max_spare_frames = 64;
 constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
 // One read takes up to this much: a burst of small frames per system call.
 constexpr std::size_t inbox_size = 16 * 1024;
+constexpr std::size_t whole_inbox = std::numeric_limits<std::size_t>::max();  // read_past_inbox
 // A payload of this size or more that arrived whole in the inbox is handed out from there,
 // uncopied; the slot then counts whole against max_held_bytes until its last segment is
 // consumed. Smaller ones are copied into a slot of their own size, so that a reader that
@@ -235,18 +238,15 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
   if (data_left_ > 0 && !reader.empty()) {  // so the inbox is empty
     const std::size_t wanted = std::min(data_left_, reader.bytes());
     std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> into;
-    std::size_t pieces = reader.view_front(wanted, into);
-    inbox_begin_ = inbox_end_ = 0;
-    const std::span<std::byte> inbox = writable_inbox();
+    const std::size_t pieces = reader.view_front(wanted, into);
     // After a large frame, which a large write sent, another one likely follows: then only its
     // header goes to the inbox, so that the reader's next read takes its payload uncopied too.
-    const std::size_t next = header_.payload_length >= min_direct_bytes ? wire::header_size : inbox.size();
-    if (wanted == data_left_) into[pieces++] = boost::asio::buffer(inbox.data(), next);
-    const std::size_t got = socket_.read_some(std::span(into.data(), pieces), ec);
-    uncopied = std::min(got, wanted);
+    const std::size_t next = wanted < data_left_                          ? 0
+                             : header_.payload_length >= min_direct_bytes ? wire::header_size
+                                                                          : whole_inbox;
+    uncopied = read_past_inbox(into, pieces, wanted, next, ec);
     n += uncopied;
     data_left_ -= uncopied;
-    inbox_end_ = got - uncopied;
   }
   if (ec == error::would_block && n == 0) {
     wait_readable();
@@ -258,6 +258,21 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
     return false;
   }
   return true;
+}
+
+// One non-blocking read into the first `pieces` buffers of `into` (room for one more), which
+// want `wanted` bytes, and into the emptied inbox after them, up to `next` bytes (0: none), so
+// that the frames that follow come with the same system call. Returns the bytes that went into
+// the buffers; the rest is in the inbox.
+std::size_t tcp_stream::read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
+                                        std::size_t wanted, std::size_t next, error_code& ec) {
+  inbox_begin_ = inbox_end_ = 0;
+  const std::span<std::byte> inbox = writable_inbox();
+  if (next > 0) into[pieces++] = boost::asio::buffer(inbox.data(), std::min(next, inbox.size()));
+  const std::size_t got = socket_.read_some(into.first(pieces), ec);
+  const std::size_t taken = std::min(got, wanted);
+  inbox_end_ = got - taken;
+  return taken;
 }
 
 // read_frames goes on once the socket is readable (on_inbox, no bytes read yet).
@@ -298,12 +313,9 @@ bool tcp_stream::take_write() {
       write_done_ += ready;
       continue;
     }
-    inbox_begin_ = inbox_end_ = 0;
-    const std::span<std::byte> inbox = writable_inbox();
-    const std::array<boost::asio::mutable_buffer, 2> into{boost::asio::buffer(at, left),
-                                                          boost::asio::buffer(inbox.data(), inbox.size())};
+    std::array<boost::asio::mutable_buffer, 2> into{boost::asio::buffer(at, left)};
     error_code ec;
-    const std::size_t got = socket_.read_some(into, ec);
+    const std::size_t taken = read_past_inbox(into, 1, left, whole_inbox, ec);
     if (ec == error::would_block) {
       wait_readable();
       return false;
@@ -312,9 +324,7 @@ bool tcp_stream::take_write() {
       connection_lost(ec == error::eof ? truncated : ec);
       return false;
     }
-    const std::size_t taken = std::min(got, left);
     write_done_ += taken;
-    inbox_end_ = got - taken;
   }
   write_in_hand_ = false;
   answer_write(std::exchange(write_error_, {}));

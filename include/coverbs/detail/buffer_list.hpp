@@ -50,38 +50,33 @@ class buffer_list {
   std::size_t take(std::byte* out, std::size_t n) noexcept
     requires std::is_same_v<Buffer, boost::asio::const_buffer>
   {
-    std::size_t done = 0;
-    while (done < n && first_ < count_) {
-      auto& b = buffers_[first_];
-      const std::size_t k = std::min(n - done, b.size());
-      std::memcpy(out + done, b.data(), k);
-      done += k;
-      b += k;
-      if (b.size() == 0) ++first_;
-    }
-    return done;
+    return consume_front(
+        n, [&](const Buffer& b, std::size_t done, std::size_t k) { std::memcpy(out + done, b.data(), k); });
   }
 
   /// Drops up to `n` bytes from the front (they were used where they are).
   void consume(std::size_t n) noexcept {
-    while (n > 0 && first_ < count_) {
-      auto& b = buffers_[first_];
-      const std::size_t k = std::min(n, b.size());
-      n -= k;
-      b += k;
-      if (b.size() == 0) ++first_;
-    }
+    consume_front(n, [](const Buffer&, std::size_t, std::size_t) {});
   }
 
   /// Copies up to `n` bytes of `in` into the front, consuming that space; returns the count.
   std::size_t put(const std::byte* in, std::size_t n) noexcept
     requires std::is_same_v<Buffer, boost::asio::mutable_buffer>
   {
+    return consume_front(
+        n, [&](const Buffer& b, std::size_t done, std::size_t k) { std::memcpy(b.data(), in + done, k); });
+  }
+
+ private:
+  /// Consumes up to `n` bytes from the front; `use(piece, bytes_before, length)` sees the first
+  /// `length` bytes of each piece before they go. Returns the bytes consumed.
+  template <class Use>
+  std::size_t consume_front(std::size_t n, Use use) noexcept {
     std::size_t done = 0;
     while (done < n && first_ < count_) {
       auto& b = buffers_[first_];
       const std::size_t k = std::min(n - done, b.size());
-      std::memcpy(b.data(), in + done, k);
+      use(b, done, k);
       done += k;
       b += k;
       if (b.size() == 0) ++first_;
@@ -89,7 +84,6 @@ class buffer_list {
     return done;
   }
 
- private:
   std::array<Buffer, capacity> buffers_{};
   std::size_t count_ = 0;
   std::size_t first_ = 0;

@@ -81,6 +81,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool take_data();
   bool read_data_directly(mutable_buffer_list& reader);
   void wait_readable();
+  std::size_t read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
+                              std::size_t wanted, std::size_t next, error_code& ec);
   bool take_segment(std::size_t size);
   bool fill_payload(std::span<std::byte> into);
   void on_payload(error_code ec);
@@ -165,7 +167,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t write_done_ = 0;      ///< bytes of that payload taken
   error_code write_error_;          ///< why that write is refused, if it is
   segment payload_segment_{};       ///< the payload of the data or message frame in hand
-  std::vector<std::byte> scratch_;  ///< payloads of write requests and read responses
+  std::vector<std::byte> scratch_;  ///< read responses' payloads; refused writes' (dropped)
   std::size_t held_bytes_ = 0;
   bool read_paused_ = false, reading_ = false;
   bool closed_ = false;        ///< close() was called
