@@ -21,6 +21,7 @@
 #include <span>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common.hpp"
@@ -31,18 +32,28 @@ namespace asio = boost::asio;
 using asio::awaitable;
 using asio::use_awaitable;
 
+/// What a message receive completes with: the error and the size.
+using receive_result = std::tuple<boost::system::error_code, std::size_t>;
+
+/// The size a message receive got, 0 when the peer has gone; other errors throw.
+inline std::size_t received_size(const receive_result& r) {
+  const auto& [ec, n] = r;
+  if (ec && ec != asio::error::eof) throw boost::system::system_error(ec);
+  return ec ? 0 : n;
+}
+
 /// Fixed-size messages over a byte stream, the way a plain Asio program frames them when both
-/// sides know the size.
+/// sides know the size. Each function returns the initiating function's awaitable itself, as
+/// an application's `co_await` of it would run: a coroutine of our own around it would add a
+/// frame and a resumption per operation to every figure.
 struct stream_messages {
   template <class Socket>
   static awaitable<std::size_t> send(Socket& s, asio::const_buffer b) {
-    co_return co_await asio::async_write(s, b, use_awaitable);
+    return asio::async_write(s, b, use_awaitable);
   }
   template <class Socket>
-  static awaitable<std::size_t> receive(Socket& s, asio::mutable_buffer b) {
-    auto [ec, n] = co_await asio::async_read(s, b, asio::as_tuple(use_awaitable));
-    if (ec && ec != asio::error::eof) throw boost::system::system_error(ec);
-    co_return ec ? 0 : n;  // 0: the peer has gone
+  static awaitable<receive_result> receive(Socket& s, asio::mutable_buffer b) {
+    return asio::async_read(s, b, asio::as_tuple(use_awaitable));
   }
 };
 
@@ -137,7 +148,7 @@ struct pingpong {
   awaitable<void> serve(Socket& s, std::size_t) {
     std::vector<std::byte> buffer(size);
     for (;;) {
-      const std::size_t n = co_await Messages::receive(s, asio::buffer(buffer));
+      const std::size_t n = received_size(co_await Messages::receive(s, asio::buffer(buffer)));
       if (n == 0) break;
       co_await Messages::send(s, asio::buffer(buffer.data(), n));
     }
@@ -153,7 +164,9 @@ struct pingpong {
       if (i == warmup) allocated = allocations.load();
       const auto t0 = clock_type::now();
       co_await Messages::send(s, asio::buffer(out));
-      if (co_await Messages::receive(s, asio::buffer(in)) != size) throw std::runtime_error("short reply");
+      if (received_size(co_await Messages::receive(s, asio::buffer(in))) != size) {
+        throw std::runtime_error("short reply");
+      }
       if (i >= warmup) samples.push_back(micros(clock_type::now() - t0) / 2);
     }
     allocations_per_trip = static_cast<double>(allocations.load() - allocated) / static_cast<double>(count);
