@@ -21,9 +21,12 @@
 namespace coverbs::detail {
 
 /// The error an operation ended with, from (in order) a failed post, a cancellation that the
-/// flush confirmed, or the completion status.
+/// flush confirmed, or the completion status. Success returns before any std::error_code is
+/// made: converting one to Asio's error_code costs a dynamic_cast (Boost.System looks for a
+/// category it wrapped), 2 % of an RDMA ping-pong round trip's instructions.
 inline error_code result_error(const operation& op) {
   if (op.post_error != 0) return {op.post_error, boost::system::system_category()};
+  if (op.status == IBV_WC_SUCCESS) return {};
   if (op.cancelled && op.status == IBV_WC_WR_FLUSH_ERR) return boost::asio::error::operation_aborted;
   return make_error_code(op.status);
 }
