@@ -60,7 +60,8 @@ struct socket_options {
 /// subset (same constructors, member names, completion signatures and error codes), so it is
 /// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
 /// `async_read_until` work on it unchanged, with any completion token. One read and one write
-/// may be outstanding at a time, as with Asio.
+/// may be outstanding at a time, and the socket must outlive its operations, as with Asio (a
+/// lazy one, e.g. `asio::deferred`, acts on the socket as it is when it starts).
 class socket {
  public:
   using executor_type = boost::asio::any_io_executor;
@@ -205,12 +206,11 @@ class socket {
   /// `void(error_code, std::uint32_t)`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_receive_immediate(CompletionToken&& token = detail::default_socket_token()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint32_t)>(
-        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex) {
-          if (!impl) return not_open(std::move(handler), ex, std::uint32_t{0});
-          impl->receive_immediate(detail::immediate_handler(std::move(handler), impl->get_executor(), impl->allocator()));
+    return start_operation<std::uint32_t>(
+        [](detail::stream_core& impl, detail::immediate_handler handler) {
+          impl.receive_immediate(std::move(handler));
         },
-        token, impl_, executor_);
+        std::forward<CompletionToken>(token));
   }
   /// Adds `add` to the 8-byte word at `remote` (8-aligned); `local` (8 bytes of registered
   /// memory) receives the previous value, also passed on: `void(error_code, std::uint64_t)`.
@@ -239,18 +239,32 @@ class socket {
   const std::shared_ptr<detail::stream_core>& impl() const noexcept { return impl_; }
 
  private:
+  // Every operation starts here. The initiation carries the socket itself, as Asio's sockets
+  // do (which is why a socket must outlive its operations), not copies of its connection and
+  // executor: with use_awaitable each argument is copied into a coroutine frame per operation.
+  template <class Value, class Start, class CompletionToken, class... Args>
+  auto start_operation(Start start, CompletionToken&& token, const Args&... args) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, Value)>(
+        [start](auto handler, socket* self, const Args&... args) {
+          if (!self->impl_) return not_open(std::move(handler), self->executor_, Value{});
+          detail::stream_core& impl = *self->impl_;
+          start(impl,
+                detail::erased_handler<void(error_code, Value)>(std::move(handler), impl.get_executor(),
+                                                                impl.allocator()),
+                args...);
+        },
+        token, this, args...);
+  }
   // The user's buffer sequence, not its buffer_list copy (272 bytes), travels with the
   // initiation: a smaller coroutine frame per operation stays within Asio's recycling cache.
   template <class Buffers, class BufferSequence, class CompletionToken>
   auto initiate(void (detail::stream_core::*member)(const Buffers&, detail::size_handler),
                 const BufferSequence& buffers, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-        [member](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
-                 const BufferSequence& buffers) {
-          if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          ((*impl).*member)(Buffers(buffers), detail::size_handler(std::move(handler), impl->get_executor(), impl->allocator()));
+    return start_operation<std::size_t>(
+        [member](detail::stream_core& impl, detail::size_handler handler, const BufferSequence& buffers) {
+          (impl.*member)(Buffers(buffers), std::move(handler));
         },
-        token, impl_, executor_, buffers);
+        std::forward<CompletionToken>(token), buffers);
   }
 
   template <class Handler, class Value>
@@ -260,23 +274,17 @@ class socket {
   }
   template <class CompletionToken>
   auto transfer(const detail::one_sided_request& request, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
-           const detail::one_sided_request& request) {
-          if (!impl) return not_open(std::move(handler), ex, std::size_t{0});
-          impl->start_transfer(request, detail::size_handler(std::move(handler), impl->get_executor(), impl->allocator()));
-        },
-        token, impl_, executor_, request);
+    return start_operation<std::size_t>(
+        [](detail::stream_core& impl, detail::size_handler handler,
+           const detail::one_sided_request& request) { impl.start_transfer(request, std::move(handler)); },
+        std::forward<CompletionToken>(token), request);
   }
   template <class CompletionToken>
   auto atomic(const detail::one_sided_request& request, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::uint64_t)>(
-        [](auto handler, std::shared_ptr<detail::stream_core> impl, const executor_type& ex,
-           const detail::one_sided_request& request) {
-          if (!impl) return not_open(std::move(handler), ex, std::uint64_t{0});
-          impl->start_atomic(request, detail::value_handler(std::move(handler), impl->get_executor(), impl->allocator()));
-        },
-        token, impl_, executor_, request);
+    return start_operation<std::uint64_t>(
+        [](detail::stream_core& impl, detail::value_handler handler,
+           const detail::one_sided_request& request) { impl.start_atomic(request, std::move(handler)); },
+        std::forward<CompletionToken>(token), request);
   }
 
   executor_type executor_;
