@@ -85,7 +85,7 @@ void stream_core::start_atomic(const one_sided_request& request, value_handler h
   if (max_outstanding_ == 0) return atomic(request, std::move(handler));
   if (*outstanding_ >= max_outstanding_) {
     const error_code ec = make_error_code(errc::too_many_operations);
-    hand_over(boost::asio::append(std::move(handler), ec, std::uint64_t{0}), true);
+    hand_over(std::move(handler), true, ec, std::uint64_t{0});
     return;
   }
   atomic(request,
@@ -124,7 +124,7 @@ void stream_core::complete(Handler& handler, error_code ec, Value value, bool de
   if (slot.is_connected()) slot.clear();
   // A handler never runs inside its initiating function: completions found there are posted.
   // Both hand over to the handler's own associated executor.
-  hand_over(boost::asio::append(std::move(handler), ec, value), defer);
+  hand_over(std::move(handler), defer, ec, value);
 }
 
 // The operation is over before its handler runs: the handler may start the next one.
@@ -288,9 +288,7 @@ void stream_core::cancel(op which) {
 }
 
 void stream_core::receive_immediate(immediate_handler handler) {
-  auto finish = [&](error_code ec, std::uint32_t value) {
-    hand_over(boost::asio::append(std::move(handler), ec, value), true);
-  };
+  auto finish = [&](error_code ec, std::uint32_t value) { hand_over(std::move(handler), true, ec, value); };
   if (immediate_waiter_) return finish(error::in_progress, 0);
   if (!immediates_.empty()) {
     const std::uint32_t value = immediates_.front();

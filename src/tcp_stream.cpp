@@ -140,8 +140,8 @@ void tcp_stream::resume_reading() {
 }
 
 void tcp_stream::read_frames_later() {
-  hand_over(boost::asio::bind_allocator(allocator(), [self = shared_from_this()] { self->read_frames(); }),
-            true);
+  schedule_unerased(get_executor(), boost::asio::bind_allocator(
+                                        allocator(), [self = shared_from_this()] { self->read_frames(); }));
 }
 
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow
@@ -521,14 +521,14 @@ void tcp_stream::refuse(error_code ec) {
 
 void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
   if (request.local.size > request.remote.length) {
-    return hand_over(boost::asio::append(std::move(handler), make_error_code(errc::buffer_too_small), std::size_t{0}), true);
+    return hand_over(std::move(handler), true, make_error_code(errc::buffer_too_small), std::size_t{0});
   }
   start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
 }
 
 void tcp_stream::atomic(const one_sided_request& request, value_handler handler) {
   if (const error_code ec = check_atomic_arguments(request)) {
-    return hand_over(boost::asio::append(std::move(handler), ec, std::uint64_t{0}), true);
+    return hand_over(std::move(handler), true, ec, std::uint64_t{0});
   }
   start_operation({.request = request, .on_size = {}, .on_value = std::move(handler)});
 }
@@ -626,8 +626,8 @@ void tcp_stream::on_response() {
 
 void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
   if (ec) value = 0;  // a failed operation moved nothing
-  if (op.on_size) return hand_over(boost::asio::append(std::move(op.on_size), ec, static_cast<std::size_t>(value)), defer);
-  hand_over(boost::asio::append(std::move(op.on_value), ec, value), defer);
+  if (op.on_size) return hand_over(std::move(op.on_size), defer, ec, static_cast<std::size_t>(value));
+  hand_over(std::move(op.on_value), defer, ec, value);
 }
 
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
