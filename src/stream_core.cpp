@@ -149,7 +149,7 @@ error_code stream_core::write_error() const {
 
 void stream_core::read_some(const mutable_buffer_list& buffers, size_handler handler) {
   if (read_) return complete(handler, error::in_progress, 0, true);
-  read_.emplace(pending_read{buffers, std::move(handler)});
+  read_.emplace(buffers, std::move(handler));
   watch(*read_, op::read);
   serve_read(true);
 }
@@ -181,7 +181,7 @@ void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
 
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
   if (receive_) return complete(handler, error::in_progress, 0, true);
-  receive_.emplace(pending_read{buffers, std::move(handler)});
+  receive_.emplace(buffers, std::move(handler));
   watch(*receive_, op::receive);
   serve_receive(true);
 }
@@ -207,7 +207,7 @@ void stream_core::serve_receive(bool defer) {
 
 void stream_core::write_some(const const_buffer_list& buffers, size_handler handler) {
   if (write_) return complete(handler, error::in_progress, 0, true);
-  write_.emplace(pending_write{buffers, std::move(handler)});
+  write_.emplace(buffers, std::move(handler));
   watch(*write_, op::write);
   serve_write(true);
 }
@@ -247,7 +247,7 @@ void stream_core::direct_done(bool message, error_code ec) {
 void stream_core::send_message(const const_buffer_list& buffers, size_handler handler) {
   if (send_) return complete(handler, error::in_progress, 0, true);
   if (buffers.bytes() > max_message_size()) return complete(handler, error::message_size, 0, true);
-  send_.emplace(pending_write{buffers, std::move(handler)});
+  send_.emplace(buffers, std::move(handler));
   watch(*send_, op::send);
   serve_send(true);
 }
