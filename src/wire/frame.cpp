@@ -96,14 +96,13 @@ std::error_code decode_header(std::span<const std::byte, header_size> bytes, fra
   const auto version = std::to_integer<std::uint8_t>(p[0]);
   const auto type = std::to_integer<std::uint8_t>(p[1]);
   const auto raw_status = get_le<std::uint32_t>(p + 52);
-  const auto malformed = make_error_code(errc::malformed_frame);
   if (!known_type(type) || get_le<std::uint16_t>(p + 2) != 0 ||
       raw_status > static_cast<std::uint32_t>(frame_status::protocol_error)) {
-    return malformed;
+    return errc::malformed_frame;
   }
   // Hello's layout is frozen across versions, so a newer peer's hello still decodes here.
   const bool is_hello = type == static_cast<std::uint8_t>(frame_type::hello);
-  if (is_hello ? version < 1 : version != protocol_version) return malformed;
+  if (is_hello ? version < 1 : version != protocol_version) return errc::malformed_frame;
   const frame_header h{version,
                        static_cast<frame_type>(type),
                        get_le<std::uint32_t>(p + 4),
@@ -117,7 +116,7 @@ std::error_code decode_header(std::span<const std::byte, header_size> bytes, fra
                        static_cast<frame_status>(raw_status)};
   if (h.payload_length > max_payload || !unused_fields_zero(h) || !consistent(h, max_payload) ||
       (h.status == frame_status::protocol_error && h.type != frame_type::close)) {
-    return malformed;
+    return errc::malformed_frame;
   }
   out = h;
   return {};

@@ -1,7 +1,6 @@
 #include "coverbs/wire/region_table.hpp"
 
 #include <atomic>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -45,23 +44,6 @@ std::error_code region_table::check(std::uint32_t rkey, std::uint64_t addr, std:
                                     verbs::access right) const noexcept {
   std::byte* at = nullptr;
   return locate(rkey, addr, length, right, at);
-}
-
-std::error_code region_table::apply_write(std::uint32_t rkey, std::uint64_t addr,
-                                          std::span<const std::byte> data) noexcept {
-  std::byte* at = nullptr;
-  if (auto ec = locate(rkey, addr, data.size(), verbs::access::remote_write, at)) return ec;
-  if (!data.empty()) std::memcpy(at, data.data(), data.size());
-  return {};
-}
-
-std::error_code region_table::apply_read(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
-                                         std::span<std::byte> out) const noexcept {
-  if (out.size() < length) return errc::buffer_too_small;
-  std::byte* at = nullptr;
-  if (auto ec = locate(rkey, addr, length, verbs::access::remote_read, at)) return ec;
-  if (length != 0) std::memcpy(out.data(), at, length);
-  return {};
 }
 
 std::error_code region_table::locate_word(std::uint32_t rkey, std::uint64_t addr,

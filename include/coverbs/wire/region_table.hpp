@@ -28,25 +28,18 @@ class region_table {
   /// Checks that `[addr, addr + length)` lies in `rkey`'s region and that the region grants `right`.
   std::error_code check(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
                         verbs::access right) const noexcept;
-  /// RDMA WRITE of `data` at `addr` (needs remote_write).
-  std::error_code apply_write(std::uint32_t rkey, std::uint64_t addr,
-                              std::span<const std::byte> data) noexcept;
-  /// Where an RDMA WRITE of `length` bytes at `addr` lands, after apply_write's checks, for a
-  /// caller that fills it at once (a later call may deregister the region).
+  /// Where an RDMA WRITE of `length` bytes at `addr` lands (needs remote_write), for a caller
+  /// that fills it at once (a later call may deregister the region).
   std::error_code write_target(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
                                std::byte*& at) const noexcept {
     return locate(rkey, addr, length, verbs::access::remote_write, at);
   }
-  /// Where an RDMA READ of `length` bytes at `addr` comes from, after apply_read's checks, for
-  /// a caller that takes the bytes at once.
+  /// Where an RDMA READ of `length` bytes at `addr` comes from (needs remote_read), for a
+  /// caller that takes the bytes at once.
   std::error_code read_source(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
                               std::byte*& at) const noexcept {
     return locate(rkey, addr, length, verbs::access::remote_read, at);
   }
-  /// RDMA READ of `length` bytes at `addr` into the front of `out` (needs remote_read).
-  /// `out` shorter than `length` gives errc::buffer_too_small.
-  std::error_code apply_read(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
-                             std::span<std::byte> out) const noexcept;
   /// Adds `add` to the 8-byte word at `addr` (needs remote_atomic, 8-byte alignment).
   std::error_code apply_fetch_add(std::uint32_t rkey, std::uint64_t addr, std::uint64_t add,
                                   std::uint64_t& previous) noexcept;
