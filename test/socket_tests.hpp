@@ -33,6 +33,11 @@ inline void socket_suite_close(transport kind) {
   close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b);
 }
 
+inline void socket_suite_lazy(transport kind) {
+  connected_pair p(kind);
+  lazy_operation_acts_on_the_socket_when_started(p.io, p.a, p.b);
+}
+
 inline void socket_suite_cancelled_read(transport kind) {
   connected_pair p(kind);
   read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);

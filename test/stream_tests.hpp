@@ -8,6 +8,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -447,6 +448,33 @@ inline void close_aborts_pending_and_peer_sees_eof(asio::io_context& io, socket&
     run_until(io, [&] { return peer != asio::error::would_block; });
     BOOST_TEST((peer == asio::error::operation_aborted), peer.message());
   }
+}
+
+/// A lazy operation (asio::deferred) acts on the socket as it is when it starts, as on an Asio
+/// socket: one made while open and started later moves bytes; one started after close() gets
+/// bad_descriptor and touches nothing.
+inline void lazy_operation_acts_on_the_socket_when_started(asio::io_context& io, socket& a, socket& b) {
+  const std::string hello = "hello";
+  std::array<char, 16> in{};
+  auto write = b.async_write_some(asio::buffer(hello), asio::deferred);
+  auto read = a.async_read_some(asio::buffer(in), asio::deferred);
+  error_code wrote = asio::error::would_block, got = asio::error::would_block;
+  std::size_t n = 0;
+  std::move(read)([&](error_code ec, std::size_t k) { got = ec, n = k; });
+  std::move(write)([&](error_code ec, std::size_t) { wrote = ec; });
+  run_until(io, [&] { return wrote != asio::error::would_block && got != asio::error::would_block; });
+  BOOST_TEST(!wrote, wrote.message());
+  BOOST_TEST(!got, got.message());
+  BOOST_TEST(std::string(in.data(), n) == hello.substr(0, n));
+  BOOST_TEST(n > 0u);
+
+  auto late = a.async_read_some(asio::buffer(in), asio::deferred);
+  a.close();
+  got = asio::error::would_block;
+  std::move(late)([&](error_code ec, std::size_t k) { got = ec, n = k; });
+  run_until(io, [&] { return got != asio::error::would_block; });
+  BOOST_TEST((got == asio::error::bad_descriptor), got.message());
+  BOOST_TEST(n == 0u);
 }
 
 }  // namespace coverbs::test

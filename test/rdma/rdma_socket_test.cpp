@@ -13,6 +13,9 @@ BOOST_AUTO_TEST_SUITE(rdma_socket)
 BOOST_AUTO_TEST_CASE(bulk) { test::socket_suite_bulk(transport::rdma, 4 << 20); }
 BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::rdma); }
 BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::rdma); }
+BOOST_AUTO_TEST_CASE(lazy_operations) {
+  test::socket_suite_lazy(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::rdma); }
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::rdma, 8 << 20);

@@ -12,6 +12,9 @@ BOOST_AUTO_TEST_SUITE(tcp_socket)
 BOOST_AUTO_TEST_CASE(bulk) { test::socket_suite_bulk(transport::tcp, 16 << 20); }
 BOOST_AUTO_TEST_CASE(lines_and_eof) { test::socket_suite_lines(transport::tcp); }
 BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::tcp); }
+BOOST_AUTO_TEST_CASE(lazy_operations) {
+  test::socket_suite_lazy(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::tcp); }
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::tcp, 32 << 20);
