@@ -20,6 +20,27 @@ constexpr bool has_own_executor =
     !std::is_same_v<boost::asio::associated_executor_t<Handler, no_associated_executor>,
                     no_associated_executor>;
 
+/// Whether `handler` may run right here: its associated executor (by default `io_executor`)
+/// is an io_context's running on this thread. The library's own handlers have no executor of
+/// their own, so `io_executor` is checked without making a copy of it to ask.
+template <class Handler>
+bool runs_here(const Handler& handler, const boost::asio::any_io_executor& io_executor) {
+  auto running = [](const boost::asio::any_io_executor& ex) {
+    const auto* io = ex.target<boost::asio::io_context::executor_type>();
+    return io != nullptr && io->running_in_this_thread();
+  };
+  if constexpr (!has_own_executor<Handler>) {
+    return running(io_executor);
+  } else {
+    const auto handler_ex = boost::asio::get_associated_executor(handler, io_executor);
+    if constexpr (std::is_same_v<std::decay_t<decltype(handler_ex)>, boost::asio::any_io_executor>) {
+      return running(handler_ex);
+    } else {
+      return false;
+    }
+  }
+}
+
 /// Runs `handler(args...)` on its associated executor (by default `io_executor`) as dispatch
 /// would. Where that executor is an io_context's running on this thread, dispatch would run it
 /// inline too, but only after wrapping it in the any_io_executor's type-erased function (a
@@ -27,22 +48,7 @@ constexpr bool has_own_executor =
 /// called directly instead.
 template <class Handler, class... Args>
 void invoke_handler(Handler&& handler, const boost::asio::any_io_executor& io_executor, Args&&... args) {
-  if constexpr (!has_own_executor<std::decay_t<Handler>>) {
-    // The library's own handlers run on the I/O executor: no copy of it to ask.
-    const auto* io = io_executor.template target<boost::asio::io_context::executor_type>();
-    if (io != nullptr && io->running_in_this_thread()) {
-      return std::forward<Handler>(handler)(std::forward<Args>(args)...);
-    }
-    return boost::asio::dispatch(
-        io_executor, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
-  }
-  const auto handler_ex = boost::asio::get_associated_executor(handler, io_executor);
-  if constexpr (std::is_same_v<std::decay_t<decltype(handler_ex)>, boost::asio::any_io_executor>) {
-    const auto* io = handler_ex.template target<boost::asio::io_context::executor_type>();
-    if (io != nullptr && io->running_in_this_thread()) {
-      return std::forward<Handler>(handler)(std::forward<Args>(args)...);
-    }
-  }
+  if (runs_here(handler, io_executor)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
   boost::asio::dispatch(io_executor, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
 }
 
