@@ -136,7 +136,7 @@ void completion_engine::on_poll_step() {
 }
 
 void completion_engine::poll_soon() {
-  schedule_unerased(executor, [self = shared_from_this()] { self->on_poll_step(); });
+  post_unerased(executor, [self = shared_from_this()] { self->on_poll_step(); });
 }
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many

@@ -140,8 +140,8 @@ void tcp_stream::resume_reading() {
 }
 
 void tcp_stream::read_frames_later() {
-  schedule_unerased(get_executor(), boost::asio::bind_allocator(
-                                        allocator(), [self = shared_from_this()] { self->read_frames(); }));
+  post_unerased(get_executor(), boost::asio::bind_allocator(
+                                    allocator(), [self = shared_from_this()] { self->read_frames(); }));
 }
 
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow

@@ -52,17 +52,15 @@ void invoke_handler(Handler&& handler, const boost::asio::any_io_executor& io_ex
   boost::asio::dispatch(io_executor, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
 }
 
-/// Posts `handler` to `executor` (or dispatches it, where `defer` is false). Straight to the
-/// io_context's executor where the any_io_executor holds one: through the any_io_executor the
-/// handler is first wrapped in a type-erased function, which allocates.
+/// Posts `handler` to `executor`, straight to the io_context's executor where the
+/// any_io_executor holds one: through the any_io_executor the handler is first wrapped in a
+/// type-erased function, which allocates.
 template <class Handler>
-void schedule_unerased(const boost::asio::any_io_executor& executor, Handler&& handler, bool defer = true) {
+void post_unerased(const boost::asio::any_io_executor& executor, Handler&& handler) {
   if (const auto* io = executor.target<boost::asio::io_context::executor_type>()) {
-    if (defer) return boost::asio::post(*io, std::forward<Handler>(handler));
-    return boost::asio::dispatch(*io, std::forward<Handler>(handler));
+    return boost::asio::post(*io, std::forward<Handler>(handler));
   }
-  if (defer) return boost::asio::post(executor, std::forward<Handler>(handler));
-  boost::asio::dispatch(executor, std::forward<Handler>(handler));
+  boost::asio::post(executor, std::forward<Handler>(handler));
 }
 
 }  // namespace coverbs::detail

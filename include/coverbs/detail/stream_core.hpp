@@ -147,8 +147,7 @@ class stream_core : public handler_holder {
   template <class Handler, class... Results>
   void hand_over(Handler&& handler, bool defer, Results... results) const {
     if (defer) {
-      return schedule_unerased(executor_, boost::asio::append(std::forward<Handler>(handler), results...),
-                               true);
+      return post_unerased(executor_, boost::asio::append(std::forward<Handler>(handler), results...));
     }
     std::forward<Handler>(handler)(results...);
   }

@@ -125,7 +125,7 @@ class wr_operation final : public operation {
     // Through the I/O executor, which hands over to the handler's associated executor (inline
     // when they are the same and we are on its thread). While the operation is pending the
     // completion loop's own wait keeps the I/O executor's context running.
-    if (defer) return schedule_unerased(io_executor, boost::asio::append(std::move(handler), ec, value));
+    if (defer) return post_unerased(io_executor, boost::asio::append(std::move(handler), ec, value));
     invoke_handler(std::move(handler), io_executor, ec, value);
   }
 
