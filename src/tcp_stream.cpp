@@ -113,10 +113,7 @@ void tcp_stream::read_frames() {
       continue;
     }
     if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
-    const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
-    const std::span<const std::byte, wire::header_size> header(inbox().data() + inbox_begin_,
-                                                               wire::header_size);
-    if (wire::decode_header(header, header_, limit) || check_sequence()) return protocol_error();
+    if (!decode_inbox_header()) return protocol_error();
     inbox_begin_ += wire::header_size;
     if (header_.type == frame_type::data) {
       data_left_ = header_.payload_length;
@@ -167,6 +164,15 @@ void tcp_stream::on_inbox(error_code ec, std::size_t n) {
   if (ec == error::eof && inbox_end_ > inbox_begin_) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   read_frames();
+}
+
+// The header at the front of the inbox, into header_ (the inbox keeps it); false when it is
+// malformed or out of turn.
+bool tcp_stream::decode_inbox_header() {
+  const std::uint32_t limit = limit_ != 0 ? limit_ : wire::max_payload_size;
+  const std::span<const std::byte, wire::header_size> header(inbox().data() + inbox_begin_,
+                                                             wire::header_size);
+  return !wire::decode_header(header, header_, limit) && !check_sequence();
 }
 
 // The rules that need the connection's state; decode_header has checked the frame on its own.
@@ -228,25 +234,41 @@ bool tcp_stream::take_data() {
 }
 
 // What the inbox holds of the payload, then one non-blocking read of the rest into the reader's
-// buffers; where they take the frame's end, whatever follows it is read into the inbox.
+// buffers; where they take the frame's end, whatever follows it is read into the inbox. While
+// the reader has room, the data frames that follow in the inbox go on filling it, so that a
+// stream of small writes costs the reader one completion per inbox, not one per write, as on
+// an Asio socket, where one read takes whatever has arrived.
 bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
-  std::size_t n = reader.put(inbox().data() + inbox_begin_, std::min(data_left_, inbox_end_ - inbox_begin_));
-  inbox_begin_ += n;
-  data_left_ -= n;
+  std::size_t n = 0;
   std::size_t uncopied = 0;
+  bool socket_read = false;
   error_code ec;
-  if (data_left_ > 0 && !reader.empty()) {  // so the inbox is empty
-    const std::size_t wanted = std::min(data_left_, reader.bytes());
-    std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> into;
-    const std::size_t pieces = reader.view_front(wanted, into);
-    // After a large frame, which a large write sent, another one likely follows: then only its
-    // header goes to the inbox, so that the reader's next read takes its payload uncopied too.
-    const std::size_t next = wanted < data_left_                          ? 0
-                             : header_.payload_length >= min_direct_bytes ? wire::header_size
-                                                                          : whole_inbox;
-    uncopied = read_past_inbox(into, pieces, wanted, next, ec);
-    n += uncopied;
-    data_left_ -= uncopied;
+  for (;;) {
+    const std::size_t copied =
+        reader.put(inbox().data() + inbox_begin_, std::min(data_left_, inbox_end_ - inbox_begin_));
+    inbox_begin_ += copied;
+    data_left_ -= copied;
+    n += copied;
+    if (data_left_ > 0 && !reader.empty() && !socket_read) {  // so the inbox is empty
+      socket_read = true;
+      const std::size_t wanted = std::min(data_left_, reader.bytes());
+      std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> into;
+      const std::size_t pieces = reader.view_front(wanted, into);
+      // After a large frame, which a large write sent, another one likely follows: then only
+      // its header goes to the inbox, so that the reader's next read takes its payload
+      // uncopied too.
+      const std::size_t next = wanted < data_left_                          ? 0
+                               : header_.payload_length >= min_direct_bytes ? wire::header_size
+                                                                            : whole_inbox;
+      const std::size_t taken = read_past_inbox(into, pieces, wanted, next, ec);
+      reader.consume(taken);
+      n += taken;
+      uncopied += taken;
+      data_left_ -= taken;
+      if (ec) break;
+      continue;
+    }
+    if (data_left_ > 0 || reader.empty() || !next_data_frame()) break;
   }
   if (ec == error::would_block && n == 0) {
     wait_readable();
@@ -257,6 +279,16 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
     connection_lost(ec == error::eof ? truncated : ec);
     return false;
   }
+  return true;
+}
+
+// Takes the next frame's header from the inbox when it is whole there and heads a data frame;
+// anything else stays for read_frames.
+bool tcp_stream::next_data_frame() {
+  if (inbox_end_ - inbox_begin_ < wire::header_size) return false;
+  if (!decode_inbox_header() || header_.type != frame_type::data) return false;
+  inbox_begin_ += wire::header_size;
+  data_left_ = header_.payload_length;
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "one_sided_tests.hpp"
+#include "raw_peer.hpp"
 #include "tcp_socket_pair.hpp"
 
 using namespace coverbs;
@@ -29,77 +30,13 @@ namespace {
 
 namespace asio = boost::asio;
 namespace wire = coverbs::wire;
-using wire::frame_status;
-using wire::frame_type;
+using test::frame;
 using test::outcome;
+using test::raw_peer;
 using test::record;
 using test::run_until_done;
-
-struct frame {
-  wire::frame_header h;
-  std::vector<std::byte> payload;
-};
-
-// Socket `a` over the TCP transport; its peer `raw` is a bare TCP socket driven by the test.
-struct raw_peer {
-  asio::io_context io;
-  coverbs::socket a{io};
-  asio::ip::tcp::socket raw{io};
-
-  explicit raw_peer(bool say_hello = true, std::uint32_t limit = wire::max_payload_size) {
-    namespace ip = asio::ip;
-    ip::tcp::acceptor acceptor(io, ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
-    ip::tcp::socket client(io);
-    client.connect(acceptor.local_endpoint());
-    acceptor.accept(raw);
-    auto stream = std::make_shared<detail::tcp_stream>(std::move(client), 64 * 1024);
-    stream->start();
-    a.attach(stream, transport::tcp, {}, {});
-    const frame hello = receive();
-    BOOST_TEST((hello.h.type == frame_type::hello));
-    BOOST_TEST(hello.h.length == wire::max_payload_size);
-    if (say_hello) send({.type = frame_type::hello, .length = limit});
-  }
-  ~raw_peer() {
-    a.close();
-    io.restart();
-    io.run_for(std::chrono::milliseconds(200));
-  }
-
-  void send_bytes(std::span<const std::byte> bytes) { asio::write(raw, asio::buffer(bytes.data(), bytes.size())); }
-  void send(wire::frame_header h, std::span<const std::byte> payload = {}) {
-    std::vector<std::byte> bytes(wire::header_size + payload.size());
-    h.payload_length = static_cast<std::uint32_t>(payload.size());
-    wire::encode_header(h, std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
-    std::copy(payload.begin(), payload.end(), bytes.begin() + wire::header_size);
-    send_bytes(bytes);
-  }
-
-  frame receive() {
-    std::array<std::byte, wire::header_size> bytes{};
-    read_exactly(bytes);
-    frame f;
-    const auto ec = wire::decode_header(bytes, f.h);
-    BOOST_REQUIRE_MESSAGE(!ec, "the stream sent a malformed frame");
-    f.payload.resize(f.h.payload_length);
-    read_exactly(f.payload);
-    return f;
-  }
-  void read_exactly(std::span<std::byte> into) {
-    if (into.empty()) return;
-    outcome o;
-    asio::async_read(raw, asio::buffer(into.data(), into.size()), record(o));
-    run_until_done(io, [&] { return o.done; });
-    BOOST_REQUIRE_MESSAGE(!o.ec, o.ec.message());
-  }
-  // The close frame `a` sends when it fails, after any frames it had queued before.
-  frame_status closing_status() {
-    for (;;) {
-      const frame f = receive();
-      if (f.h.type == frame_type::close && f.h.status != frame_status::ok) return f.h.status;
-    }
-  }
-};
+using wire::frame_status;
+using wire::frame_type;
 
 // `a` fails for a protocol error: it tells the peer, and its pending read sees malformed_frame.
 void expect_protocol_error(raw_peer& p, outcome& pending_read) {
@@ -142,7 +79,8 @@ BOOST_AUTO_TEST_CASE(out_of_sequence_frames_are_protocol_errors) {
   const std::vector<std::pair<const char*, h>> cases = {
       {"a response with nothing outstanding", {.type = frame_type::write_response, .request_id = 1}},
       {"a second hello", {.type = frame_type::hello, .length = 4096}},
-      {"a read_request over the limit", {.type = frame_type::read_request, .rkey = 1, .length = wire::max_payload_size + 1}},
+      {"a read_request over the limit",
+       {.type = frame_type::read_request, .rkey = 1, .length = wire::max_payload_size + 1}},
   };
   for (const auto& [what, header] : cases) {
     BOOST_TEST_CONTEXT(what) {
@@ -212,7 +150,9 @@ BOOST_AUTO_TEST_CASE(responses_must_match_the_oldest_request) {
         case fault::wrong_id:
           p.send({.type = frame_type::read_response, .request_id = r2.h.request_id, .length = 64}, data);
           break;
-        case fault::wrong_kind: p.send({.type = frame_type::write_response, .request_id = r1.h.request_id}); break;
+        case fault::wrong_kind:
+          p.send({.type = frame_type::write_response, .request_id = r1.h.request_id});
+          break;
         case fault::wrong_read_length:
           p.send({.type = frame_type::read_response, .request_id = r1.h.request_id, .length = 32},
                  std::span(data).first(32));
@@ -411,19 +351,26 @@ BOOST_AUTO_TEST_CASE(refused_requests_are_answered_then_closed) {
   const refusal cases[] = {
       {"wrong key",
        [](const remote_buffer& r) {
-         return wire::frame_header{.type = frame_type::write, .request_id = 5, .remote_address = r.address, .rkey = r.rkey + 1};
+         return wire::frame_header{
+             .type = frame_type::write, .request_id = 5, .remote_address = r.address, .rkey = r.rkey + 1};
        },
        frame_type::write_response, frame_status::remote_access},
       {"past the end",
        [](const remote_buffer& r) {
-         return wire::frame_header{.type = frame_type::read_request, .request_id = 5, .remote_address = r.address + 8,
-                                   .rkey = r.rkey, .length = 64};
+         return wire::frame_header{.type = frame_type::read_request,
+                                   .request_id = 5,
+                                   .remote_address = r.address + 8,
+                                   .rkey = r.rkey,
+                                   .length = 64};
        },
        frame_type::read_response, frame_status::remote_access},
       {"misaligned atomic",
        [](const remote_buffer& r) {
-         return wire::frame_header{.type = frame_type::atomic_fetch_add, .request_id = 5, .remote_address = r.address + 4,
-                                   .rkey = r.rkey, .compare_add = 1};
+         return wire::frame_header{.type = frame_type::atomic_fetch_add,
+                                   .request_id = 5,
+                                   .remote_address = r.address + 4,
+                                   .rkey = r.rkey,
+                                   .compare_add = 1};
        },
        frame_type::atomic_response, frame_status::remote_invalid_request},
   };
@@ -531,7 +478,11 @@ BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
   auto reg = p.a.register_memory(memory, verbs::access::remote_read);
   const remote_buffer r = reg.remote();
   for (std::uint64_t id = 1; id <= requests; ++id) {
-    p.send({.type = frame_type::read_request, .request_id = id, .remote_address = r.address, .rkey = r.rkey, .length = size});
+    p.send({.type = frame_type::read_request,
+            .request_id = id,
+            .remote_address = r.address,
+            .rkey = r.rkey,
+            .length = size});
   }
   p.io.restart();
   p.io.run_for(std::chrono::milliseconds(300));

@@ -1,6 +1,9 @@
 // The TCP fallback behind coverbs::socket on loopback: the same stream test bodies as RDMA.
 #include <boost/test/unit_test.hpp>
 
+#include <string>
+
+#include "raw_peer.hpp"
 #include "stream_tests.hpp"
 #include "tcp_socket_pair.hpp"
 
@@ -47,6 +50,42 @@ BOOST_AUTO_TEST_CASE(waiting_reads) {
 BOOST_AUTO_TEST_CASE(close) {
   tcp_socket_pair p;
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b);
+}
+
+// As a read on a TCP socket takes whatever has arrived, a waiting read takes the payloads of all
+// the data frames that arrived together, not one frame's; a message among them ends it there.
+BOOST_AUTO_TEST_CASE(one_read_takes_the_data_frames_that_arrived_together) {
+  namespace wire = coverbs::wire;
+  test::raw_peer p;
+  std::array<char, 1000> buf{};
+  test::outcome read;
+  p.a.async_read_some(boost::asio::buffer(buf), test::record(read));
+  std::vector<std::byte> bytes;
+  const auto append = [&](wire::frame_type type, char c, std::uint32_t size) {
+    const std::vector<std::byte> payload(size, static_cast<std::byte>(c));
+    const std::vector<std::byte> frame = test::raw_peer::encode(
+        {.type = type, .length = type == wire::frame_type::message ? size : 0}, payload);
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  };
+  append(wire::frame_type::data, 'a', 100);
+  append(wire::frame_type::data, 'b', 200);
+  append(wire::frame_type::data, 'c', 300);
+  append(wire::frame_type::message, 'm', 10);
+  append(wire::frame_type::data, 'd', 50);
+  p.send_bytes(bytes);  // one system call: they arrive together
+  test::run_until_done(p.io, [&] { return read.done; });
+  BOOST_TEST(!read.ec, read.ec.message());
+  BOOST_TEST(std::string(buf.data(), read.value) ==
+             std::string(100, 'a') + std::string(200, 'b') + std::string(300, 'c'));
+
+  std::array<char, 64> message{};
+  test::outcome received;
+  p.a.async_receive(boost::asio::buffer(message), test::record(received));
+  test::run_until_done(p.io, [&] { return received.done; });
+  BOOST_TEST(std::string(message.data(), received.value) == std::string(10, 'm'));
+  p.a.async_read_some(boost::asio::buffer(buf), test::record(read = {}));
+  test::run_until_done(p.io, [&] { return read.done; });
+  BOOST_TEST(std::string(buf.data(), read.value) == std::string(50, 'd'));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -75,11 +75,13 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void read_frames_later();
   void fill_inbox();
   void on_inbox(error_code ec, std::size_t n);
+  bool decode_inbox_header();
   error_code check_sequence() const;
   error_code check_response() const;
   bool take_payload();
   bool take_data();
   bool read_data_directly(mutable_buffer_list& reader);
+  bool next_data_frame();
   void wait_readable();
   std::size_t read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
                               std::size_t wanted, std::size_t next, error_code& ec);
