@@ -508,8 +508,8 @@ void tcp_stream::release(std::uint32_t tag) {
 
 void tcp_stream::answer_write(error_code ec) {
   const wire::frame_header& h = header_;
-  send_frame({.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)},
-             take_frame(0), true);
+  send_response(
+      {.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)});
   if (ec) return refuse(ec);
   if (h.type == frame_type::write_with_immediate) deliver_immediate(h.immediate);
 }
@@ -535,11 +535,10 @@ void tcp_stream::answer_atomic() {
   const error_code ec = h.type == frame_type::atomic_fetch_add
                             ? regions_.apply_fetch_add(h.rkey, h.remote_address, h.compare_add, previous)
                             : regions_.apply_compare_swap(h.rkey, h.remote_address, h.compare_add, h.swap, previous);
-  send_frame({.type = frame_type::atomic_response,
-              .request_id = h.request_id,
-              .compare_add = ec ? 0 : previous,
-              .status = wire::to_status(ec)},
-             take_frame(0), true);
+  send_response({.type = frame_type::atomic_response,
+                 .request_id = h.request_id,
+                 .compare_add = ec ? 0 : previous,
+                 .status = wire::to_status(ec)});
   if (ec) refuse(ec);
 }
 
@@ -815,6 +814,13 @@ void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& pay
   payload.take(frame.data() + header.size(), n);
   frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
   queue_bytes({std::move(frame), response});
+}
+
+// A response without payload goes out as read responses do: at once where nothing is queued, so
+// that a lone one-sided WRITE or atomic is answered without an asynchronous write of our own.
+void tcp_stream::send_response(const wire::frame_header& h) {
+  const_buffer_list no_payload;
+  send_copied(h, no_payload, true);
 }
 
 // A small write or message costs a copy into a frame, a queued asynchronous write and its

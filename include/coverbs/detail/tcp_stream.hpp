@@ -121,6 +121,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// consumes), leaving no reference to the caller's memory; a `response` counts against the
   /// peer's unread responses while it is queued.
   void send_copied(const wire::frame_header& h, const_buffer_list& payload, bool response = false);
+  /// A response frame without payload, as send_copied sends it.
+  void send_response(const wire::frame_header& h);
   /// Queues bytes that are already on the wire's format, writing now if nothing is queued.
   void queue_bytes(outgoing_frame f);
   /// With nothing queued or being written, writes `header` and `n` bytes of `payload` by one
