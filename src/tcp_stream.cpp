@@ -87,7 +87,7 @@ tcp_stream::tcp_stream(boost::asio::ip::tcp::socket socket, std::size_t max_mess
 tcp_stream::~tcp_stream() = default;
 
 void tcp_stream::start() {
-  send_frame({.type = frame_type::hello, .length = wire::max_payload_size}, take_frame(0));
+  send_frame({.type = frame_type::hello, .length = wire::max_payload_size});
   read_frames();
 }
 
@@ -683,8 +683,8 @@ std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
   return frame;
 }
 
-void tcp_stream::send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response) {
-  queue_frame(h, {std::move(frame), response});
+void tcp_stream::send_frame(const wire::frame_header& h) {
+  queue_frame(h, {take_frame(0)});
 }
 
 std::size_t tcp_stream::send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload) {
@@ -855,7 +855,7 @@ std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool m
 void tcp_stream::shutdown_send() {
   if (stream_ended_ || broken_) return;
   stream_ended_ = true;
-  send_frame({.type = frame_type::close}, take_frame(0));
+  send_frame({.type = frame_type::close});
 }
 
 // --- failure and close --------------------------------------------------------------------
@@ -865,7 +865,7 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
   broken_ = true;
   if (tell_peer != frame_status::ok && !failure_sent_) {
     failure_sent_ = true;
-    send_frame({.type = frame_type::close, .status = tell_peer}, take_frame(0));
+    send_frame({.type = frame_type::close, .status = tell_peer});
   }
   fifo<one_sided_op> ops = take_operations();
   for (auto& op : ops) finish(op, &op == &ops.front() ? first : rest, 0, false);

@@ -112,7 +112,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Sending.
   std::vector<std::byte> take_frame(std::size_t payload);
-  void send_frame(const wire::frame_header& h, std::vector<std::byte> frame, bool response = false);
+  /// Queues a frame without payload behind what is queued (hello, close).
+  void send_frame(const wire::frame_header& h);
   /// Queues a header whose payload is `payload`, the caller's memory (a write's or a message's).
   std::size_t send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload);
   /// Writes `h` into the frame's first bytes and queues it, writing now if nothing is.
