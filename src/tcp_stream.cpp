@@ -150,9 +150,14 @@ void tcp_stream::fill_inbox() {
   inbox_begin_ = 0;
   inbox_end_ = have;
   reading_ = true;
+  // After a large data frame another likely follows: only its header is read here, so that a
+  // reader waiting when it comes (or within take_data's turn) takes the whole payload straight
+  // into its buffers (read_data_directly), not the first 16 KiB of it through the inbox.
+  const bool header_only = header_.type == frame_type::data && header_.payload_length >= min_direct_bytes;
+  const std::size_t size = header_only ? wire::header_size : inbox.size();
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
-      boost::asio::buffer(inbox.data(), inbox.size()) + have,
+      boost::asio::buffer(inbox.data(), size) + have,
       boost::asio::bind_allocator(
           allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
 }

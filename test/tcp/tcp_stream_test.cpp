@@ -88,4 +88,34 @@ BOOST_AUTO_TEST_CASE(one_read_takes_the_data_frames_that_arrived_together) {
   BOOST_TEST(std::string(buf.data(), read.value) == std::string(50, 'd'));
 }
 
+// After a large data frame, a waiting reader takes the next one's payload straight from the
+// socket: only its header goes through the inbox, not the first 16 KiB of it too.
+BOOST_AUTO_TEST_CASE(large_frames_reach_a_waiting_read_uncopied) {
+  namespace wire = coverbs::wire;
+  test::raw_peer p;
+  constexpr std::uint32_t size = 64 * 1024;
+  std::vector<char> buf(size);
+  std::string got;
+  const auto read_frame = [&](char c) {
+    const std::uint64_t direct_before = p.a.impl()->direct_bytes_read();
+    while (got.size() < size) {
+      test::outcome read;
+      p.a.async_read_some(boost::asio::buffer(buf.data(), size - got.size()), test::record(read));
+      if (got.empty()) {  // the read waits before the frame is sent
+        const std::vector<std::byte> payload(size, static_cast<std::byte>(c));
+        p.send({.type = wire::frame_type::data}, payload);
+      }
+      test::run_until_done(p.io, [&] { return read.done; });
+      BOOST_TEST_REQUIRE(!read.ec, read.ec.message());
+      got.append(buf.data(), read.value);
+    }
+    BOOST_TEST(got == std::string(size, c));
+    got.clear();
+    return p.a.impl()->direct_bytes_read() - direct_before;
+  };
+  read_frame('a');  // the first: its header comes with whatever else had arrived
+  BOOST_TEST(read_frame('b') == size);
+  BOOST_TEST(read_frame('c') == size);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
