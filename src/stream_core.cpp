@@ -179,6 +179,11 @@ void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
   end_operation(read_, {}, n, false);
 }
 
+void stream_core::complete_waiting_receive(std::size_t n, std::size_t uncopied) {
+  direct_read_total_ += uncopied;
+  end_operation(receive_, {}, n, false);
+}
+
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
   if (receive_) return complete(handler, error::in_progress, 0, true);
   receive_.emplace(buffers, std::move(handler));

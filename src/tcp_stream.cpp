@@ -123,6 +123,10 @@ void tcp_stream::read_frames() {
       start_write();
       continue;
     }
+    if (header_.type == frame_type::message && receiver_for_message() != nullptr) {
+      if (!receive_message_directly()) return;
+      continue;
+    }
     if (!take_payload()) return;  // the rest is on its way; on_payload goes on
     handle_frame();
   }
@@ -150,10 +154,12 @@ void tcp_stream::fill_inbox() {
   inbox_begin_ = 0;
   inbox_end_ = have;
   reading_ = true;
-  // After a large data frame another likely follows: only its header is read here, so that a
-  // reader waiting when it comes (or within take_data's turn) takes the whole payload straight
-  // into its buffers (read_data_directly), not the first 16 KiB of it through the inbox.
-  const bool header_only = header_.type == frame_type::data && header_.payload_length >= min_direct_bytes;
+  // After a large data or message frame another likely follows: only its header is read here,
+  // so that a reader or receive waiting when it comes (or, for data, within take_data's turn)
+  // takes the whole payload straight into its buffers, not the first 16 KiB of it through the
+  // inbox.
+  const bool header_only = (header_.type == frame_type::data || header_.type == frame_type::message) &&
+                           header_.payload_length >= min_direct_bytes;
   const std::size_t size = header_only ? wire::header_size : inbox.size();
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
@@ -285,6 +291,57 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
     return false;
   }
   return true;
+}
+
+// A receive waiting with room for the large message whose header is in hand; null if none.
+const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
+  const mutable_buffer_list* receiver = waiting_receive();
+  if (header_.payload_length < min_direct_bytes || receiver == nullptr) return nullptr;
+  return receiver->bytes() >= header_.payload_length ? receiver : nullptr;
+}
+
+// A large message goes into the waiting receive's buffers as it comes, from the inbox and
+// then by one non-blocking read from the socket, without the copy through a slot. Where the
+// socket does not hold all of it yet, what came is copied into a slot and the rest follows
+// there (the receive may be cancelled meanwhile, and the message must then stay whole for the
+// next one), as without this path. False while the rest is on its way, or with the connection
+// lost.
+bool tcp_stream::receive_message_directly() {
+  const mutable_buffer_list& receiver = *receiver_for_message();
+  const std::size_t size = header_.payload_length;
+  mutable_buffer_list into = receiver;  // the receive keeps its buffers until it completes
+  const std::size_t ready =
+      into.put(inbox().data() + inbox_begin_, std::min(size, inbox_end_ - inbox_begin_));
+  inbox_begin_ += ready;
+  std::size_t uncopied = 0;
+  error_code ec;
+  if (ready < size) {  // so the inbox is empty
+    std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> pieces;
+    const std::size_t count = into.view_front(size - ready, pieces);
+    uncopied = read_past_inbox(pieces, count, size - ready, wire::header_size, ec);
+  }
+  if (ready + uncopied == size) {
+    complete_waiting_receive(size, uncopied);
+    return true;
+  }
+  if (ec && ec != error::would_block) {
+    connection_lost(ec == error::eof ? truncated : ec);  // a message is lost whole, as on RDMA
+    return false;
+  }
+  const std::uint32_t slot = take_slot(size);
+  std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity> came;
+  std::byte* at = slots_[slot].data();
+  for (std::size_t i = 0, n = receiver.view_front(ready + uncopied, came); i < n; ++i) {
+    std::memcpy(at, came[i].data(), came[i].size());
+    at += came[i].size();
+  }
+  payload_segment_ = {slots_[slot].data(), size, slot};
+  const std::span<std::byte> rest = std::span(slots_[slot]).subspan(ready + uncopied);
+  writable_inbox();
+  payload_ = rest;
+  reading_ = true;
+  read_payload();
+  return false;
 }
 
 // Takes the next frame's header from the inbox when it is whole there and heads a data frame;

@@ -161,6 +161,15 @@ class stream_core : public handler_holder {
   /// Ends the waiting read with the `n` bytes the transport put into its buffers, `uncopied`
   /// of them read straight from the wire.
   void complete_waiting_read(std::size_t n, std::size_t uncopied);
+  /// The buffers of a receive waiting for a message (none is queued then), which the
+  /// transport may fill with the next message and then end with `complete_waiting_receive`;
+  /// null if none waits.
+  const mutable_buffer_list* waiting_receive() const noexcept {
+    return receive_ && !failure_ && !end_of_stream_ ? &receive_->buffers : nullptr;
+  }
+  /// Ends the waiting receive with the `n`-byte message the transport put into its buffers,
+  /// `uncopied` bytes of it read straight from the wire.
+  void complete_waiting_receive(std::size_t n, std::size_t uncopied);
 
   // What the transport provides.
   /// A segment was consumed; its memory may be reused.

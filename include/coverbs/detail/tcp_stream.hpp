@@ -82,6 +82,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool take_data();
   bool read_data_directly(mutable_buffer_list& reader);
   bool next_data_frame();
+  const mutable_buffer_list* receiver_for_message() const noexcept;
+  bool receive_message_directly();
   void wait_readable();
   std::size_t read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
                               std::size_t wanted, std::size_t next, error_code& ec);
