@@ -293,15 +293,18 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
   return true;
 }
 
-// A receive waiting with room for the large message whose header is in hand; null if none.
+// A receive waiting with room for the message whose header is in hand, if the message is
+// large or already whole in the inbox; null otherwise.
 const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
   const mutable_buffer_list* receiver = waiting_receive();
-  if (header_.payload_length < min_direct_bytes || receiver == nullptr) return nullptr;
-  return receiver->bytes() >= header_.payload_length ? receiver : nullptr;
+  const std::size_t size = header_.payload_length;
+  if (receiver == nullptr || receiver->bytes() < size) return nullptr;
+  return size >= min_direct_bytes || inbox_end_ - inbox_begin_ >= size ? receiver : nullptr;
 }
 
-// A large message goes into the waiting receive's buffers as it comes, from the inbox and
-// then by one non-blocking read from the socket, without the copy through a slot. Where the
+// The message goes into the waiting receive's buffers as it comes, from the inbox and then
+// (a large one) by one non-blocking read from the socket, without the copy through a slot or
+// the queue of received messages. Where the
 // socket does not hold all of it yet, what came is copied into a slot and the rest follows
 // there (the receive may be cancelled meanwhile, and the message must then stay whole for the
 // next one), as without this path. False while the rest is on its way, or with the connection
