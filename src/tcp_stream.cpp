@@ -304,11 +304,10 @@ const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
 
 // The message goes into the waiting receive's buffers as it comes, from the inbox and then
 // (a large one) by one non-blocking read from the socket, without the copy through a slot or
-// the queue of received messages. Where the
-// socket does not hold all of it yet, what came is copied into a slot and the rest follows
-// there (the receive may be cancelled meanwhile, and the message must then stay whole for the
-// next one), as without this path. False while the rest is on its way, or with the connection
-// lost.
+// the queue of received messages. Where the socket does not hold all of it yet, what came is
+// copied into a slot and the rest follows there, as without this path (the receive may be
+// cancelled meanwhile, and the message must then stay whole for the next one). False while
+// the rest is on its way, or with the connection lost.
 bool tcp_stream::receive_message_directly() {
   const mutable_buffer_list& receiver = *receiver_for_message();
   const std::size_t size = header_.payload_length;
