@@ -123,8 +123,8 @@ void tcp_stream::read_frames() {
       start_write();
       continue;
     }
-    if (header_.type == frame_type::message && receiver_for_message() != nullptr) {
-      if (!receive_message_directly()) return;
+    if (const mutable_buffer_list* receiver = receiver_for_message()) {
+      if (!receive_message_directly(*receiver)) return;
       continue;
     }
     if (!take_payload()) return;  // the rest is on its way; on_payload goes on
@@ -158,9 +158,7 @@ void tcp_stream::fill_inbox() {
   // so that a reader or receive waiting when it comes (or, for data, within take_data's turn)
   // takes the whole payload straight into its buffers, not the first 16 KiB of it through the
   // inbox.
-  const bool header_only = (header_.type == frame_type::data || header_.type == frame_type::message) &&
-                           header_.payload_length >= min_direct_bytes;
-  const std::size_t size = header_only ? wire::header_size : inbox.size();
+  const std::size_t size = large_payload_in_hand() ? wire::header_size : inbox.size();
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
       boost::asio::buffer(inbox.data(), size) + have,
@@ -175,6 +173,13 @@ void tcp_stream::on_inbox(error_code ec, std::size_t n) {
   if (ec == error::eof && inbox_end_ > inbox_begin_) return connection_lost(truncated);
   if (ec) return connection_lost(ec);
   read_frames();
+}
+
+// A data frame or message large enough to have come from the sender's own buffers, after
+// which another likely follows.
+bool tcp_stream::large_payload_in_hand() const noexcept {
+  return (header_.type == frame_type::data || header_.type == frame_type::message) &&
+         header_.payload_length >= min_direct_bytes;
 }
 
 // The header at the front of the inbox, into header_ (the inbox keeps it); false when it is
@@ -268,9 +273,9 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
       // After a large frame, which a large write sent, another one likely follows: then only
       // its header goes to the inbox, so that the reader's next read takes its payload
       // uncopied too.
-      const std::size_t next = wanted < data_left_                          ? 0
-                               : header_.payload_length >= min_direct_bytes ? wire::header_size
-                                                                            : whole_inbox;
+      const std::size_t next = wanted < data_left_        ? 0
+                               : large_payload_in_hand() ? wire::header_size
+                                                         : whole_inbox;
       const std::size_t taken = read_past_inbox(into, pieces, wanted, next, ec);
       reader.consume(taken);
       n += taken;
@@ -293,10 +298,10 @@ bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
   return true;
 }
 
-// A receive waiting with room for the message whose header is in hand, if the message is
-// large or already whole in the inbox; null otherwise.
+// Where the frame in hand is a message, large or already whole in the inbox, the receive that
+// waits for it with room enough; null otherwise.
 const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
-  const mutable_buffer_list* receiver = waiting_receive();
+  const mutable_buffer_list* receiver = header_.type == frame_type::message ? waiting_receive() : nullptr;
   const std::size_t size = header_.payload_length;
   if (receiver == nullptr || receiver->bytes() < size) return nullptr;
   return size >= min_direct_bytes || inbox_end_ - inbox_begin_ >= size ? receiver : nullptr;
@@ -308,8 +313,7 @@ const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
 // copied into a slot and the rest follows there, as without this path (the receive may be
 // cancelled meanwhile, and the message must then stay whole for the next one). False while
 // the rest is on its way, or with the connection lost.
-bool tcp_stream::receive_message_directly() {
-  const mutable_buffer_list& receiver = *receiver_for_message();
+bool tcp_stream::receive_message_directly(const mutable_buffer_list& receiver) {
   const std::size_t size = header_.payload_length;
   mutable_buffer_list into = receiver;  // the receive keeps its buffers until it completes
   const std::size_t ready =
@@ -338,12 +342,7 @@ bool tcp_stream::receive_message_directly() {
     at += came[i].size();
   }
   payload_segment_ = {slots_[slot].data(), size, slot};
-  const std::span<std::byte> rest = std::span(slots_[slot]).subspan(ready + uncopied);
-  writable_inbox();
-  payload_ = rest;
-  reading_ = true;
-  read_payload();
-  return false;
+  return fill_payload(std::span(slots_[slot]).subspan(ready + uncopied));  // the inbox is empty: false
 }
 
 // Takes the next frame's header from the inbox when it is whole there and heads a data frame;

@@ -75,6 +75,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void read_frames_later();
   void fill_inbox();
   void on_inbox(error_code ec, std::size_t n);
+  bool large_payload_in_hand() const noexcept;
   bool decode_inbox_header();
   error_code check_sequence() const;
   error_code check_response() const;
@@ -83,7 +84,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   bool read_data_directly(mutable_buffer_list& reader);
   bool next_data_frame();
   const mutable_buffer_list* receiver_for_message() const noexcept;
-  bool receive_message_directly();
+  bool receive_message_directly(const mutable_buffer_list& receiver);
   void wait_readable();
   std::size_t read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
                               std::size_t wanted, std::size_t next, error_code& ec);
