@@ -10,14 +10,18 @@ async_queue_pair::async_queue_pair(completion_service& service, const verbs::pro
       qp_(pd, service.queue(), service.queue(), options),
       send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), options.max_send_wr),
       receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
-               options.srq != nullptr ? 0 : options.max_recv_wr) {}
+               options.srq != nullptr ? 0 : options.max_recv_wr) {
+  receive_.pair_with(send_);
+}
 
 async_queue_pair::async_queue_pair(completion_service& service, verbs::queue_pair&& qp)
     : engine_(service.engine()),
       qp_(std::move(qp)),
       send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), qp_.options().max_send_wr),
       receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
-               qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {}
+               qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {
+  receive_.pair_with(send_);
+}
 
 async_queue_pair::~async_queue_pair() {
   if (engine_->abandoned()) {
@@ -29,12 +33,17 @@ async_queue_pair::~async_queue_pair() {
     return;
   }
   if (send_.in_flight() + receive_.in_flight() > 0) {
-    qp_.to_error();
+    close();
     engine_->drain_until([this] { return send_.in_flight() + receive_.in_flight() == 0; },
                          std::chrono::milliseconds(2000));
   }
   send_.abort_waiting();
   receive_.abort_waiting();
+}
+
+void async_queue_pair::close() noexcept {
+  qp_.to_error();
+  send_.qp_in_error();
 }
 
 async_queue_pair::executor_type async_queue_pair::get_executor() const noexcept {

@@ -176,6 +176,7 @@ std::size_t completion_engine::collect(op_queue& done) {
       done.push(op);
     }
     total += n;
+    completions_ += n;
     if (n < wcs.size()) return total;
   }
 }
@@ -268,8 +269,13 @@ int posting_queue::post(operation* op) {
   int rc = 0;
   switch (kind_) {
     case kind::send: {
+      if ((op->wr.send.send_flags & IBV_SEND_SIGNALED) == 0 && ++unsignalled_run_ >= max_unsignalled())
+        op->wr.send.send_flags |= IBV_SEND_SIGNALED;
+      const bool signalled = (op->wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
+      if (signalled) unsignalled_run_ = 0;
       ibv_send_wr* bad = nullptr;
       rc = ibv_post_send(static_cast<ibv_qp*>(native_), &op->wr.send, &bad);
+      if (rc == 0 && !signalled) ++unsignalled_in_flight_;
       break;
     }
     case kind::receive: {
@@ -292,6 +298,22 @@ int posting_queue::post(operation* op) {
 }
 
 void posting_queue::on_completed(operation* op, op_queue& done) {
+  if (kind_ == kind::send) {
+    for (operation* earlier = posted_.front();
+         earlier != op && (earlier->wr.send.send_flags & IBV_SEND_SIGNALED) == 0; earlier = posted_.front()) {
+      posted_.erase(earlier);
+      polled(earlier);
+      earlier->status = IBV_WC_SUCCESS;
+      --in_flight_;
+      --unsignalled_in_flight_;
+      --engine_->outstanding_;
+      done.push(earlier);
+    }
+    if ((op->wr.send.send_flags & IBV_SEND_SIGNALED) == 0) --unsignalled_in_flight_;
+    if (op == &error_marker_) marker_posted_ = false;
+  } else if (op->status != IBV_WC_SUCCESS) {
+    qp_in_error();
+  }
   posted_.erase(op);
   --in_flight_;
   while (!waiting_.empty() && in_flight_ < capacity_) {
@@ -337,9 +359,23 @@ void posting_queue::cancel(operation* op) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     ibv_modify_qp(static_cast<ibv_qp*>(native_), &attr, IBV_QP_STATE);
+    qp_in_error();
   }
   // An SRQ cannot be put in error for one request: the receive stays posted until a message
   // consumes it, and `cancelled` is cleared by nobody, so it still reports its data.
+}
+
+void posting_queue::qp_in_error() noexcept {
+  if (kind_ == kind::receive && send_side_ != nullptr) return send_side_->qp_in_error();
+  if (kind_ != kind::send || unsignalled_in_flight_ == 0 || marker_posted_) return;
+  // An RDMA WRITE of nothing: were the QP not in error after all, it would still touch no
+  // memory and take no receive of the peer's.
+  error_marker_.owner = this;
+  error_marker_.wr.send = {};
+  error_marker_.wr.send.wr_id = reinterpret_cast<std::uint64_t>(&error_marker_);
+  error_marker_.wr.send.opcode = IBV_WR_RDMA_WRITE;
+  error_marker_.wr.send.send_flags = IBV_SEND_SIGNALED;
+  marker_posted_ = post(&error_marker_) == 0;
 }
 
 void posting_queue::abort_waiting() {
@@ -377,5 +413,8 @@ verbs::completion_queue& completion_service::queue() noexcept { return engine_->
 const verbs::device& completion_service::device() const noexcept { return engine_->dev; }
 polling_mode completion_service::mode() const noexcept { return engine_->options.mode; }
 std::size_t completion_service::outstanding() const noexcept { return engine_->outstanding_; }
+std::size_t completion_service::completions() const noexcept {
+  return engine_->completions_;
+}
 
 }  // namespace coverbs

@@ -80,7 +80,18 @@ std::uint32_t rdma_stream::take_credits() noexcept {
   return n;
 }
 
+// A copied send's only use for its completion is its slot back, so most go unsignalled (as
+// perftest posts them), their completions implied by a later signalled one. Signalled: direct
+// sends (their write waits for them), control messages (rare; their credits must come back),
+// and any send that leaves the pool half empty or less, so that whenever slots run short a
+// signalled send is in flight behind the sends that hold them.
+bool rdma_stream::signal_send(std::uint32_t index, bool direct) const noexcept {
+  return direct || index == no_buffer || free_send_.size() <= peer_.buffers / 2;
+}
+
 void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct) {
+  const bool signalled = signal_send(index, direct);
+  unsignalled_tail_ = !signalled;
   --(index == no_buffer ? control_credits_ : credits_);
   ++sends_posted_;
   const std::uint32_t imm = flags | take_credits();
@@ -92,6 +103,7 @@ void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::
     }
     op.wr.send.opcode = IBV_WR_SEND_WITH_IMM;
     op.wr.send.imm_data = htonl(imm);
+    if (!signalled) op.wr.send.send_flags = 0;
   };
   detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct}, qp_->send_queue(), true, fill);
 }
@@ -247,7 +259,11 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   const bool direct_write_ended = direct && --direct_sends_ == 0;
   if (direct_write_ended) retired_regions_.clear();
   if (closed_) {
-    if (sends_posted_ == 0) finish_close();
+    if (sends_posted_ == 0) {
+      finish_close();
+    } else if (!ec) {
+      flush_unsignalled_sends();
+    }
   } else if (ec) {
     deliver_failure(error::broken_pipe);
   } else {
@@ -346,10 +362,24 @@ void rdma_stream::destroy_handlers() noexcept {
 void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;
+  // A failed connection's QP is in the error state already, which completes every send.
+  flush_wanted_ = unsignalled_tail_ && !failed();
   deliver_failure(error::operation_aborted, true);
   // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up
   // until the last send has been acknowledged (or has failed).
-  if (sends_posted_ == 0) finish_close();
+  if (sends_posted_ == 0) {
+    finish_close();
+  } else {
+    flush_unsignalled_sends();
+  }
+}
+
+// The sends at the tail of the queue raise no completion of their own: an empty control
+// message, signalled, raises theirs, once a control slot of the peer's is free.
+void rdma_stream::flush_unsignalled_sends() {
+  if (!flush_wanted_ || control_credits_ < 1) return;
+  flush_wanted_ = false;
+  post_send(no_buffer, {}, 0);
 }
 
 }  // namespace coverbs::detail

@@ -41,7 +41,7 @@ class async_queue_pair {
     qp_.connect(peer, options);
   }
   /// Moves the QP to ERROR: every pending operation completes with a flush error.
-  void close() noexcept { qp_.to_error(); }
+  void close() noexcept;
   /// The largest send that is copied inline (no registered memory needed for it).
   std::uint32_t max_inline() const noexcept { return qp_.options().max_inline_data; }
 

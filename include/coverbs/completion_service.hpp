@@ -56,6 +56,9 @@ class completion_service {
   polling_mode mode() const noexcept;
   /// Operations posted and not yet completed.
   std::size_t outstanding() const noexcept;
+  /// Work completions taken from the CQ so far. A send posted unsignalled (the RDMA stream's
+  /// copied sends, mostly) raises none: a later signalled one completes it.
+  std::size_t completions() const noexcept;
 
   /// Internal: the engine shared with queue pairs.
   const std::shared_ptr<detail::completion_engine>& engine() const noexcept { return engine_; }

@@ -1,5 +1,6 @@
 // The RDMA stream protocol (credits over pre-registered pools) behind coverbs::socket, on
 // loopback queue pairs: the shared stream test bodies, plus what is specific to credits.
+#include <array>
 #include <boost/test/unit_test.hpp>
 
 #include "rdma_socket_pair.hpp"
@@ -7,6 +8,7 @@
 
 using namespace coverbs;
 using coverbs::test::rdma_socket_pair;
+namespace asio = boost::asio;
 
 BOOST_AUTO_TEST_SUITE(rdma_stream)
 
@@ -59,6 +61,66 @@ BOOST_AUTO_TEST_CASE(waiting_reads) {
 BOOST_AUTO_TEST_CASE(close) {
   rdma_socket_pair p;
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b, false);
+}
+
+// Copied sends are posted unsignalled, as perftest posts them: a message ping-pong polls a
+// completion per receive and only every so many sends, and every message still arrives whole.
+BOOST_AUTO_TEST_CASE(copied_sends_raise_few_completions) {
+  rdma_socket_pair p;
+  constexpr std::size_t round_trips = 200;
+  const std::size_t before = p.service->completions();
+  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
+    std::array<char, 64> out{}, in{};
+    for (std::size_t i = 0; i < round_trips; ++i) {
+      out.fill(static_cast<char>(i));
+      co_await p.a.async_send(asio::buffer(out), asio::use_awaitable);
+      BOOST_TEST_REQUIRE(co_await p.b.async_receive(asio::buffer(in), asio::use_awaitable) == in.size());
+      BOOST_TEST_REQUIRE(in == out);
+      co_await p.b.async_send(asio::buffer(in), asio::use_awaitable);
+      BOOST_TEST_REQUIRE(co_await p.a.async_receive(asio::buffer(in), asio::use_awaitable) == in.size());
+      BOOST_TEST_REQUIRE(in == out);
+    }
+  });
+  // 400 receives and 400 sends; a signalled send every half pool (16) at most.
+  const std::size_t polled = p.service->completions() - before;
+  BOOST_TEST(polled >= 2 * round_trips);
+  BOOST_TEST(polled <= 2 * round_trips + 2 * round_trips / 10);
+}
+
+// Sends that raised no completion of their own still let close() finish: it ends them with a
+// signalled control message, so the QP goes down and every posted request completes.
+BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
+  rdma_socket_pair p;
+  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
+    std::array<char, 16> in{};
+    for (int i = 0; i < 3; ++i) {
+      co_await p.a.async_send(asio::buffer("message"), asio::use_awaitable);
+      co_await p.b.async_receive(asio::buffer(in), asio::use_awaitable);
+    }
+  });
+  p.a.close();
+  p.b.close();
+  test::run_until(p.io, [&] { return p.service->outstanding() == 0; });
+  BOOST_TEST(p.service->outstanding() == 0u);
+}
+
+// A QP that fails after the peer acknowledged its unsignalled sends has nothing of theirs to
+// flush: they complete all the same (the send queue posts a signalled request behind them),
+// so the connection can be closed and its QP destroyed.
+BOOST_AUTO_TEST_CASE(unsignalled_sends_complete_when_the_qp_fails) {
+  rdma_socket_pair p;
+  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
+    std::array<char, 16> in{};
+    for (int i = 0; i < 3; ++i) {
+      co_await p.a.async_send(asio::buffer("message"), asio::use_awaitable);
+      co_await p.b.async_receive(asio::buffer(in), asio::use_awaitable);
+    }
+  });
+  auto& stream = static_cast<detail::rdma_stream&>(*p.a.impl());
+  BOOST_TEST_REQUIRE(stream.queue_pair().send_queue().in_flight() > 0u);  // none signalled yet
+  stream.peer_disconnected();  // as rdma_cm's DISCONNECTED does: the QP goes to error
+  test::run_until(p.io, [&] { return stream.queue_pair().send_queue().in_flight() == 0; });
+  BOOST_TEST(stream.queue_pair().send_queue().in_flight() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

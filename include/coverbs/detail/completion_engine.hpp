@@ -50,6 +50,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::optional<verbs::completion_channel> channel;
   verbs::completion_queue cq;
   std::size_t outstanding_ = 0;
+  std::size_t completions_ = 0;  ///< polled from the CQ
 
  private:
   static constexpr std::size_t batch = 32;

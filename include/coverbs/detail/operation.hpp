@@ -98,6 +98,7 @@ class op_list {
     if (op != nullptr) erase(op);
     return op;
   }
+  operation* front() const noexcept { return head_; }
 
  private:
   operation* head_ = nullptr;

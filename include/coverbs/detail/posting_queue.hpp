@@ -25,13 +25,23 @@ class posting_queue {
   /// Posts `op` now, or queues it until a slot frees. Never completes it inline.
   void submit(operation* op);
   /// `op`, a request of this queue, completed: frees its slot and posts queued requests, whose
-  /// post failures go to `done`.
+  /// post failures go to `done`. On a send queue, the unsignalled requests posted before `op`
+  /// have completed too (a QP's send queue completes in order): they go to `done` first, with
+  /// success (a failed request raises its own completion, signalled or not).
   void on_completed(operation* op, op_queue& done);
   /// Cancellation: a queued request is withdrawn and aborted; a posted one cannot be
   /// recalled, so the QP moves to ERROR and the request ends with its flush completion.
   void cancel(operation* op);
   /// Aborts every queued (not yet posted) request with deferred handlers.
   void abort_waiting();
+  /// The QP is in the error state (moved there, or a failed receive says so). Send queue: an
+  /// unsignalled request the device had finished before raises no completion now, so one
+  /// signalled request is posted behind them; it is flushed at once, and its completion
+  /// completes them. Receive queue: tells the send queue of its QP. Cannot throw: the
+  /// unsignalled requests count as outstanding, so the completion loop runs already.
+  void qp_in_error() noexcept;
+  /// Receive queue: the send queue of the same QP, told when a receive fails.
+  void pair_with(posting_queue& send_queue) noexcept { send_side_ = &send_queue; }
   /// For a completion engine that polls no more: takes out one request, queued or posted,
   /// for the caller to destroy (null when none is left).
   operation* take_abandoned() noexcept;
@@ -41,12 +51,21 @@ class posting_queue {
 
  private:
   int post(operation* op);
+  /// Send queue: a request that asked for no completion gets one anyway when this many were
+  /// posted without one in a row, so that unsignalled requests can never fill the queue.
+  std::uint32_t max_unsignalled() const noexcept { return capacity_ / 2; }
 
   std::shared_ptr<completion_engine> engine_;
   kind kind_;
   void* native_;
   std::uint32_t capacity_;
   std::uint32_t in_flight_ = 0;
+  std::uint32_t unsignalled_run_ = 0;  ///< send queue: posted since the last signalled one
+  std::uint32_t unsignalled_in_flight_ = 0;
+  /// Send queue: the signalled request of qp_in_error; it has no handler.
+  operation error_marker_{[](operation*, bool) {}, [](operation*) {}};
+  bool marker_posted_ = false;
+  posting_queue* send_side_ = nullptr;
   op_queue waiting_;
   op_list posted_;
 

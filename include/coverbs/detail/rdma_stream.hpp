@@ -95,6 +95,10 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// `index`: the send-pool slot the message counts against (no_buffer: a control message);
   /// `direct`: `data` is the caller's memory, part of a write that transmit_direct took.
   void post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
+  /// Whether the send about to take `index` raises a completion of its own.
+  bool signal_send(std::uint32_t index, bool direct) const noexcept;
+  /// close(): makes the unsignalled sends at the tail of the queue complete.
+  void flush_unsignalled_sends();
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec, bool direct);
   void send_control_messages();
@@ -124,6 +128,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::uint32_t credits_to_return_ = 0;  ///< our re-posted buffers not yet reported
   std::uint32_t control_credits_ = control_slots;
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
+  bool unsignalled_tail_ = false;  ///< the last send posted raises no completion of its own
+  bool flush_wanted_ = false;      ///< close() waits for such sends
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
   std::multimap<const std::byte*, const verbs::memory_region*> regions_by_address_;
