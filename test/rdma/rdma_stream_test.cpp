@@ -63,10 +63,11 @@ BOOST_AUTO_TEST_CASE(close) {
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b, false);
 }
 
-// Copied sends are posted unsignalled, as perftest posts them: a message ping-pong polls a
-// completion per receive and only every so many sends, and every message still arrives whole.
+// Where the CQ is polled, copied sends are posted unsignalled, as perftest posts them: a
+// message ping-pong polls a completion per receive and only every so many sends, and every
+// message still arrives whole.
 BOOST_AUTO_TEST_CASE(copied_sends_raise_few_completions) {
-  rdma_socket_pair p;
+  rdma_socket_pair p({}, polling_mode::adaptive);
   constexpr std::size_t round_trips = 200;
   const std::size_t before = p.service->completions();
   test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
@@ -90,7 +91,7 @@ BOOST_AUTO_TEST_CASE(copied_sends_raise_few_completions) {
 // Sends that raised no completion of their own still let close() finish: it ends them with a
 // signalled control message, so the QP goes down and every posted request completes.
 BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
-  rdma_socket_pair p;
+  rdma_socket_pair p({}, polling_mode::adaptive);
   test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
     std::array<char, 16> in{};
     for (int i = 0; i < 3; ++i) {
@@ -108,7 +109,7 @@ BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
 // flush: they complete all the same (the send queue posts a signalled request behind them),
 // so the connection can be closed and its QP destroyed.
 BOOST_AUTO_TEST_CASE(unsignalled_sends_complete_when_the_qp_fails) {
-  rdma_socket_pair p;
+  rdma_socket_pair p({}, polling_mode::adaptive);
   test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
     std::array<char, 16> in{};
     for (int i = 0; i < 3; ++i) {
