@@ -366,7 +366,8 @@ void rdma_stream::destroy_handlers() noexcept {
 void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;
-  // A failed connection's QP is in the error state already, which completes every send.
+  // A failed connection's QP is in the error state already: its flush (and the send queue's
+  // marker, see posting_queue::qp_in_error) completes every send.
   flush_wanted_ = unsignalled_tail_ && !failed();
   deliver_failure(error::operation_aborted, true);
   // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up

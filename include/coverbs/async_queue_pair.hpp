@@ -40,7 +40,8 @@ class async_queue_pair {
   void connect(const verbs::queue_pair_address& peer, const verbs::connect_options& options) {
     qp_.connect(peer, options);
   }
-  /// Moves the QP to ERROR: every pending operation completes with a flush error.
+  /// Moves the QP to ERROR: every pending operation completes with a flush error (an
+  /// unsignalled send the device had already finished, with success).
   void close() noexcept;
   /// The largest send that is copied inline (no registered memory needed for it).
   std::uint32_t max_inline() const noexcept { return qp_.options().max_inline_data; }
