@@ -259,23 +259,32 @@ void posting_queue::submit(operation* op) {
   }
 }
 
+bool posting_queue::stays_unsignalled(operation& op) noexcept {
+  if (kind_ != kind::send) return false;
+  if ((op.wr.send.send_flags & IBV_SEND_SIGNALED) == 0 && ++unsignalled_run_ >= max_unsignalled())
+    op.wr.send.send_flags |= IBV_SEND_SIGNALED;
+  if ((op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0) {
+    unsignalled_run_ = 0;
+    return false;
+  }
+  return true;
+}
+
 int posting_queue::post(operation* op) {
   engine_->work_started();
   ++in_flight_;
-  // Listed before the post: the device may complete it before ibv_post_* returns, and the
-  // thread that polls the completion then unlists it (TSan found the list written after).
+  const bool unsignalled = stays_unsignalled(*op);
+  if (unsignalled) ++unsignalled_in_flight_;
+  // Everything written and listed before the post: the device may complete it before
+  // ibv_post_* returns, and the thread that polls the completion then unlists it and frees it
+  // (TSan found the list written after).
   posted_.push(op);
   posted(op);
   int rc = 0;
   switch (kind_) {
     case kind::send: {
-      if ((op->wr.send.send_flags & IBV_SEND_SIGNALED) == 0 && ++unsignalled_run_ >= max_unsignalled())
-        op->wr.send.send_flags |= IBV_SEND_SIGNALED;
-      const bool signalled = (op->wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
-      if (signalled) unsignalled_run_ = 0;
       ibv_send_wr* bad = nullptr;
       rc = ibv_post_send(static_cast<ibv_qp*>(native_), &op->wr.send, &bad);
-      if (rc == 0 && !signalled) ++unsignalled_in_flight_;
       break;
     }
     case kind::receive: {
@@ -292,6 +301,7 @@ int posting_queue::post(operation* op) {
   if (rc != 0) {
     posted_.erase(op);
     --in_flight_;
+    if (unsignalled) --unsignalled_in_flight_;
     engine_->work_abandoned();
   }
   return rc;

@@ -88,10 +88,9 @@ BOOST_AUTO_TEST_CASE(copied_sends_raise_few_completions) {
   BOOST_TEST(polled <= 2 * round_trips + 2 * round_trips / 10);
 }
 
-// Sends that raised no completion of their own still let close() finish: it ends them with a
-// signalled control message, so the QP goes down and every posted request completes.
-BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
-  rdma_socket_pair p({}, polling_mode::adaptive);
+// Three messages from a to b in adaptive mode: each send is posted unsignalled, and each is
+// received (so the peer acknowledged them all).
+static void send_three_unsignalled(rdma_socket_pair& p) {
   test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
     std::array<char, 16> in{};
     for (int i = 0; i < 3; ++i) {
@@ -99,6 +98,13 @@ BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
       co_await p.b.async_receive(asio::buffer(in), asio::use_awaitable);
     }
   });
+}
+
+// Sends that raised no completion of their own still let close() finish: it ends them with a
+// signalled control message, so the QP goes down and every posted request completes.
+BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
+  rdma_socket_pair p({}, polling_mode::adaptive);
+  send_three_unsignalled(p);
   p.a.close();
   p.b.close();
   test::run_until(p.io, [&] { return p.service->outstanding() == 0; });
@@ -110,13 +116,7 @@ BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
 // so the connection can be closed and its QP destroyed.
 BOOST_AUTO_TEST_CASE(unsignalled_sends_complete_when_the_qp_fails) {
   rdma_socket_pair p({}, polling_mode::adaptive);
-  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
-    std::array<char, 16> in{};
-    for (int i = 0; i < 3; ++i) {
-      co_await p.a.async_send(asio::buffer("message"), asio::use_awaitable);
-      co_await p.b.async_receive(asio::buffer(in), asio::use_awaitable);
-    }
-  });
+  send_three_unsignalled(p);
   auto& stream = static_cast<detail::rdma_stream&>(*p.a.impl());
   BOOST_TEST_REQUIRE(stream.queue_pair().send_queue().in_flight() > 0u);  // none signalled yet
   stream.peer_disconnected();  // as rdma_cm's DISCONNECTED does: the QP goes to error

@@ -54,6 +54,9 @@ class posting_queue {
   /// Send queue: a request that asked for no completion gets one anyway when this many were
   /// posted without one in a row, so that unsignalled requests can never fill the queue.
   std::uint32_t max_unsignalled() const noexcept { return capacity_ / 2; }
+  /// Send queue: whether `op`, about to be posted, raises no completion (it is signalled
+  /// instead after max_unsignalled() without one).
+  bool stays_unsignalled(operation& op) noexcept;
 
   std::shared_ptr<completion_engine> engine_;
   kind kind_;
