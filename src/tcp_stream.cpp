@@ -36,6 +36,10 @@ constexpr std::size_t whole_inbox = std::numeric_limits<std::size_t>::max();  //
 // consumed. Smaller ones are copied into a slot of their own size, so that a reader that
 // leaves many tiny messages unread holds the peer back by their bytes, not by 16 KiB each.
 constexpr std::size_t min_inbox_segment = 2 * 1024;
+// Non-blocking reads done inside read_frames before it goes back to the scheduler: handlers it
+// completes start the next read at once, which a peer writing faster than they read would keep
+// fed for ever, starving every other handler of the context (timers, other connections).
+constexpr unsigned reads_per_turn = 16;
 
 error_code malformed() { return make_error_code(errc::malformed_frame); }
 error_code flushed() { return make_error_code(wc_errc::flushed); }
@@ -104,6 +108,10 @@ void tcp_stream::read_frames() {
       return;
     }
     read_paused_ = false;
+    if (reads_this_turn_ >= reads_per_turn) {
+      reads_this_turn_ = 0;
+      return read_frames_later();
+    }
     if (data_left_ > 0) {  // a data frame's payload, or what a reader left of it
       if (!take_data()) return;
       continue;
@@ -365,6 +373,7 @@ std::size_t tcp_stream::read_past_inbox(std::span<boost::asio::mutable_buffer> i
   const std::span<std::byte> inbox = writable_inbox();
   if (next > 0) into[pieces++] = boost::asio::buffer(inbox.data(), std::min(next, inbox.size()));
   const std::size_t got = socket_.read_some(into.first(pieces), ec);
+  ++reads_this_turn_;
   const std::size_t taken = std::min(got, wanted);
   inbox_end_ = got - taken;
   return taken;

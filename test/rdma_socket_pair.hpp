@@ -4,27 +4,38 @@
 
 #include "coverbs/detail/rdma_stream.hpp"
 #include "coverbs/socket.hpp"
+#include "peer_context.hpp"
 #include "rdma_env.hpp"
 
 namespace coverbs::test {
 
 struct rdma_socket_pair : rdma_env {
   boost::asio::io_context io;
+  boost::asio::io_context peer_io;  ///< b's, with peer_context::own
   std::shared_ptr<verbs::protection_domain> pd = std::make_shared<verbs::protection_domain>(dev);
-  std::shared_ptr<completion_service> service;
+  std::shared_ptr<completion_service> service, peer_service;
   socket a{io};
-  socket b{io};
+  socket b;
 
-  explicit rdma_socket_pair(detail::stream_geometry geometry = {}, polling_mode mode = polling_mode::event)
-      : service(std::make_shared<completion_service>(io.get_executor(), dev, completion_options{.mode = mode})) {
+  explicit rdma_socket_pair(detail::stream_geometry geometry = {}, polling_mode mode = polling_mode::event,
+                            peer_context where = peer_context::shared)
+      : service(
+            std::make_shared<completion_service>(io.get_executor(), dev, completion_options{.mode = mode})),
+        peer_service(where == peer_context::own
+                         ? std::make_shared<completion_service>(peer_io.get_executor(), dev,
+                                                                completion_options{.mode = mode})
+                         : service),
+        b(where == peer_context::own ? peer_io : io) {
     auto qa = std::make_unique<async_queue_pair>(*service, *pd);
-    auto qb = std::make_unique<async_queue_pair>(*service, *pd);
+    auto qb = std::make_unique<async_queue_pair>(*peer_service, *pd);
     qa->connect(qb->address(gid), {.local_gid = gid});
     qb->connect(qa->address(gid), {.local_gid = gid});
     // The streams keep the PD and the service alive until their last flush completion.
-    auto keep = std::make_shared<std::pair<std::shared_ptr<completion_service>, std::shared_ptr<verbs::protection_domain>>>(service, pd);
-    auto sa = std::make_shared<detail::rdma_stream>(keep, std::move(qa), *pd, geometry);
-    auto sb = std::make_shared<detail::rdma_stream>(keep, std::move(qb), *pd, geometry);
+    using kept = std::pair<std::shared_ptr<completion_service>, std::shared_ptr<verbs::protection_domain>>;
+    auto sa = std::make_shared<detail::rdma_stream>(std::make_shared<kept>(service, pd), std::move(qa), *pd,
+                                                    geometry);
+    auto sb = std::make_shared<detail::rdma_stream>(std::make_shared<kept>(peer_service, pd), std::move(qb),
+                                                    *pd, geometry);
     sa->start();
     sb->start();
     sa->set_peer(geometry);
@@ -35,8 +46,10 @@ struct rdma_socket_pair : rdma_env {
   ~rdma_socket_pair() {
     a.close();
     b.close();
-    io.restart();
-    io.run_for(std::chrono::seconds(5));  // let the flushes release the streams
+    for (auto* context : {&io, &peer_io}) {  // let the flushes release the streams
+      context->restart();
+      context->run_for(std::chrono::seconds(5));  // returns at once where nothing is left to run
+    }
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -19,9 +20,11 @@
 #include <boost/asio/write.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coverbs/socket.hpp"
@@ -253,6 +256,54 @@ inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& i
     co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
     BOOST_TEST(std::string(got.data(), 10) == "still here");
   });
+}
+
+/// A reader whose peer writes faster than it reads does not keep its context to itself: a
+/// timer on the same context fires while the peer (on a context and thread of its own) is
+/// still writing. Over TCP the reads once took the socket's bytes one after the other inside a
+/// single handler for as long as the peer kept writing.
+inline void fast_peer_leaves_room_for_other_handlers(asio::io_context& io, socket& a,
+                                                     asio::io_context& peer_io, socket& b) {
+  std::atomic<bool> stop{false}, writer_ended{false};
+  std::thread writer([&] {
+    std::vector<std::byte> chunk(256 * 1024);
+    asio::co_spawn(
+        peer_io,
+        [&]() -> asio::awaitable<void> {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!stop && std::chrono::steady_clock::now() < deadline) {
+            co_await asio::async_write(b, asio::buffer(chunk), asio::use_awaitable);
+          }
+        },
+        [&](std::exception_ptr) { writer_ended = true; });
+    run_until(peer_io, [&] { return writer_ended.load(); });
+  });
+  std::vector<std::byte> buffer(64 * 1024);
+  std::uint64_t bytes_read = 0;
+  bool read_pending = false, fired_while_writing = false, fired = false;
+  std::function<void()> read_next = [&] {
+    read_pending = true;
+    a.async_read_some(asio::buffer(buffer), [&](error_code ec, std::size_t n) {
+      read_pending = false;
+      bytes_read += n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // slower than the writer
+      if (!ec && !writer_ended) read_next();
+    });
+  };
+  read_next();
+  asio::steady_timer timer(io, std::chrono::milliseconds(10));
+  timer.async_wait([&](error_code) {
+    fired = true;
+    fired_while_writing = !writer_ended;
+    stop = true;
+  });
+  run_until(io, [&] { return fired && writer_ended; });
+  writer.join();
+  a.cancel();
+  run_until(io, [&] { return !read_pending; });
+  BOOST_TEST(fired);
+  BOOST_TEST(fired_while_writing);
+  BOOST_TEST(bytes_read > 0u);
 }
 
 /// Large writes of random sizes against reads of random sizes in one to three pieces, some

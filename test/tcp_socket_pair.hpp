@@ -7,18 +7,21 @@
 
 #include "coverbs/detail/tcp_stream.hpp"
 #include "coverbs/socket.hpp"
+#include "peer_context.hpp"
 
 namespace coverbs::test {
 
 struct tcp_socket_pair {
   boost::asio::io_context io;
+  boost::asio::io_context peer_io;  ///< b's, with peer_context::own
   socket a{io};
-  socket b{io};
+  socket b;
 
-  explicit tcp_socket_pair(std::size_t max_message = 64 * 1024) {
+  explicit tcp_socket_pair(std::size_t max_message = 64 * 1024, peer_context where = peer_context::shared)
+      : b(where == peer_context::own ? peer_io : io) {
     namespace ip = boost::asio::ip;
     ip::tcp::acceptor acceptor(io, ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
-    ip::tcp::socket client(io), server(io);
+    ip::tcp::socket client(io), server(where == peer_context::own ? peer_io : io);
     client.connect(acceptor.local_endpoint());
     acceptor.accept(server);
     auto sa = std::make_shared<detail::tcp_stream>(std::move(client), max_message);
@@ -31,8 +34,10 @@ struct tcp_socket_pair {
   ~tcp_socket_pair() {
     a.close();
     b.close();
-    io.restart();
-    io.run_for(std::chrono::seconds(2));
+    for (auto* context : {&io, &peer_io}) {
+      context->restart();
+      context->run_for(std::chrono::seconds(2));  // returns at once where nothing is left to run
+    }
   }
 };
 

@@ -28,6 +28,11 @@ BOOST_AUTO_TEST_CASE(busy_polling) {
   test::bulk_both_ways(p.io, p.a, p.b, 1 << 20);
 }
 
+BOOST_AUTO_TEST_CASE(fast_peer_leaves_room_for_other_handlers) {
+  rdma_socket_pair p({}, polling_mode::event, test::peer_context::own);
+  test::fast_peer_leaves_room_for_other_handlers(p.io, p.a, p.peer_io, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(lines_and_eof) {
   rdma_socket_pair p;
   test::lines_then_eof(p.io, p.a, p.b);

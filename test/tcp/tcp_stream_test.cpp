@@ -52,6 +52,11 @@ BOOST_AUTO_TEST_CASE(close) {
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(fast_peer_leaves_room_for_other_handlers) {
+  tcp_socket_pair p(64 * 1024, test::peer_context::own);
+  test::fast_peer_leaves_room_for_other_handlers(p.io, p.a, p.peer_io, p.b);
+}
+
 // As a read on a TCP socket takes whatever has arrived, a waiting read takes the payloads of all
 // the data frames that arrived together, not one frame's; a message among them ends it there.
 BOOST_AUTO_TEST_CASE(one_read_takes_the_data_frames_that_arrived_together) {

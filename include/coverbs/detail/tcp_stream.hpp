@@ -178,6 +178,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::vector<std::byte> scratch_;  ///< read responses' payloads; refused writes' (dropped)
   std::size_t held_bytes_ = 0;
   bool read_paused_ = false, reading_ = false;
+  unsigned reads_this_turn_ = 0;  ///< read_past_inbox calls since read_frames last yielded
   bool closed_ = false;        ///< close() was called
   bool broken_ = false;        ///< the connection failed (or was closed): nothing new starts
   bool stream_ended_ = false;  ///< this side sent close(ok)
