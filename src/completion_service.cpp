@@ -37,6 +37,10 @@ void polled(operation* op) noexcept {
   (void)op;
 #endif
 }
+// Whether a send queue's request raises a completion of its own.
+bool signalled(const operation& op) noexcept {
+  return (op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
+}
 }  // namespace
 
 completion_engine::completion_engine(const boost::asio::any_io_executor& ex, const verbs::device& d,
@@ -261,9 +265,8 @@ void posting_queue::submit(operation* op) {
 
 bool posting_queue::stays_unsignalled(operation& op) noexcept {
   if (kind_ != kind::send) return false;
-  if ((op.wr.send.send_flags & IBV_SEND_SIGNALED) == 0 && ++unsignalled_run_ >= max_unsignalled())
-    op.wr.send.send_flags |= IBV_SEND_SIGNALED;
-  if ((op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0) {
+  if (!signalled(op) && ++unsignalled_run_ >= max_unsignalled()) op.wr.send.send_flags |= IBV_SEND_SIGNALED;
+  if (signalled(op)) {
     unsignalled_run_ = 0;
     return false;
   }
@@ -309,8 +312,8 @@ int posting_queue::post(operation* op) {
 
 void posting_queue::on_completed(operation* op, op_queue& done) {
   if (kind_ == kind::send) {
-    for (operation* earlier = posted_.front();
-         earlier != op && (earlier->wr.send.send_flags & IBV_SEND_SIGNALED) == 0; earlier = posted_.front()) {
+    for (operation* earlier = posted_.front(); earlier != op && !signalled(*earlier);
+         earlier = posted_.front()) {
       posted_.erase(earlier);
       polled(earlier);
       earlier->status = IBV_WC_SUCCESS;
@@ -319,7 +322,7 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
       --engine_->outstanding_;
       done.push(earlier);
     }
-    if ((op->wr.send.send_flags & IBV_SEND_SIGNALED) == 0) --unsignalled_in_flight_;
+    if (!signalled(*op)) --unsignalled_in_flight_;
     if (op == &error_marker_) marker_posted_ = false;
   } else if (op->status != IBV_WC_SUCCESS) {
     qp_in_error();
