@@ -73,6 +73,11 @@ void stream_core::set_limits(std::size_t max_outstanding_operations,
 }
 
 void stream_core::start_transfer(const one_sided_request& request, size_handler handler) {
+  // Refused before a transport sees it, so that neither has to undo anything: over RDMA a
+  // write with immediate takes a receive credit as it starts, which a refusal would leak.
+  if (request.local.size > request.remote.length) {
+    return complete(handler, make_error_code(errc::buffer_too_small), 0, true);
+  }
   if (max_outstanding_ == 0) return transfer(request, std::move(handler));
   if (*outstanding_ >= max_outstanding_) {
     return complete(handler, make_error_code(errc::too_many_operations), 0, true);

@@ -623,9 +623,6 @@ void tcp_stream::refuse(error_code ec) {
 // --- requester ----------------------------------------------------------------------------
 
 void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
-  if (request.local.size > request.remote.length) {
-    return hand_over(std::move(handler), true, make_error_code(errc::buffer_too_small), std::size_t{0});
-  }
   start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
 }
 

@@ -404,6 +404,18 @@ inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, s
   BOOST_TEST(target.untouched());
   BOOST_TEST(local.untouched());
 
+  // A refused write with immediate takes none of the peer's receive buffers: twice as many
+  // refusals as the peer has buffers leave the stream and messages going (over RDMA each took
+  // a credit for good, and the 33rd waited for one for ever).
+  std::vector<outcome> refused(64);
+  for (auto& r : refused)
+    a.async_write_with_immediate(local.slice(0, 128), target.remote(0, 64), 1, record(r));
+  run_until_done(io, [&] {
+    return std::all_of(refused.begin(), refused.end(), [](const outcome& o) { return o.done; });
+  });
+  BOOST_TEST(std::all_of(refused.begin(), refused.end(),
+                         [](const outcome& o) { return o.ec == make_error_code(errc::buffer_too_small); }));
+
   outcome wrote, added;
   local.bytes[0] = std::byte{0x42};
   a.async_write(local.slice(0, 64), target.remote(0, 64), record(wrote));

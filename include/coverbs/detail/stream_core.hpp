@@ -70,7 +70,8 @@ class stream_core : public handler_holder {
   /// Takes the next immediate a peer's write_with_immediate delivered (queued when none waits).
   void receive_immediate(immediate_handler handler);
 
-  /// Read, write or write-with-immediate: completes with the bytes moved.
+  /// Read, write or write-with-immediate (whose local size start_transfer checked against
+  /// the remote buffer): completes with the bytes moved.
   virtual void transfer(const one_sided_request& request, size_handler handler) = 0;
   /// Fetch-and-add or compare-and-swap: completes with the previous remote value.
   virtual void atomic(const one_sided_request& request, value_handler handler) = 0;
@@ -85,8 +86,9 @@ class stream_core : public handler_holder {
 
   /// The socket's limits (socket_options; 0: none).
   void set_limits(std::size_t max_outstanding_operations, std::size_t max_registered_bytes) noexcept;
-  /// `transfer`, unless the connection holds its limit of one-sided operations already: then
-  /// the handler gets `errc::too_many_operations` (posted) and nothing starts.
+  /// `transfer`, unless the local buffer is larger than the remote one (`errc::buffer_too_small`)
+  /// or the connection holds its limit of one-sided operations already
+  /// (`errc::too_many_operations`): then the handler gets that error (posted) and nothing starts.
   void start_transfer(const one_sided_request& request, size_handler handler);
   /// `atomic`, under the same limit as `start_transfer`.
   void start_atomic(const one_sided_request& request, value_handler handler);
