@@ -169,6 +169,7 @@ std::size_t completion_engine::collect(op_queue& done) {
       const ibv_wc& wc = wcs[i];
       auto* op = reinterpret_cast<operation*>(wc.wr_id);
       polled(op);
+      op->finished = true;
       op->status = wc.status;
       if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
         op->byte_len = wc.byte_len;
@@ -259,6 +260,7 @@ void posting_queue::submit(operation* op) {
   }
   if (int err = post(op); err != 0) {
     op->post_error = err;
+    op->finished = true;
     engine_->complete_later(op);
   }
 }
@@ -316,6 +318,7 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
          earlier = posted_.front()) {
       posted_.erase(earlier);
       polled(earlier);
+      earlier->finished = true;
       earlier->status = IBV_WC_SUCCESS;
       --in_flight_;
       --unsignalled_in_flight_;
@@ -333,6 +336,7 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
     operation* next = waiting_.pop();
     if (int err = post(next); err != 0) {
       next->post_error = err;
+      next->finished = true;
       done.push(next);
     }
   }
@@ -360,8 +364,12 @@ class deferred_abort {
 }  // namespace
 
 void posting_queue::cancel(operation* op) {
+  // A handler earlier in the same batch of completions may cancel one whose completion was
+  // polled with it: putting the QP in error then would fail a connection for nothing.
+  if (op->finished) return;
   op->cancelled = true;
   if (waiting_.erase(op)) {
+    op->finished = true;
     // Posted, not completed here: cancel() runs inside the handler's cancellation slot, which
     // completing would clear under its own feet.
     op->status = IBV_WC_WR_FLUSH_ERR;
@@ -384,6 +392,7 @@ void posting_queue::qp_in_error() noexcept {
   // An RDMA WRITE of nothing: were the QP not in error after all, it would still touch no
   // memory and take no receive of the peer's.
   error_marker_.owner = this;
+  error_marker_.finished = false;
   error_marker_.wr.send = {};
   error_marker_.wr.send.wr_id = reinterpret_cast<std::uint64_t>(&error_marker_);
   error_marker_.wr.send.opcode = IBV_WR_RDMA_WRITE;
@@ -393,6 +402,7 @@ void posting_queue::qp_in_error() noexcept {
 
 void posting_queue::abort_waiting() {
   while (operation* op = waiting_.pop()) {
+    op->finished = true;
     op->cancelled = true;
     op->status = IBV_WC_WR_FLUSH_ERR;
     op->complete(op, true);

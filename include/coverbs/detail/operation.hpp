@@ -39,6 +39,9 @@ struct operation {
   std::uint32_t imm = 0;       ///< immediate data in host order
   bool rdma_immediate = false; ///< a receive consumed by an RDMA WRITE with immediate
   bool cancelled = false;
+  /// Its result is known (polled, implied by a later completion, or withdrawn) and its handler
+  /// is on its way: a cancel that comes now is too late and changes nothing, as in Asio.
+  bool finished = false;
 };
 
 /// Intrusive FIFO of operations; no allocation.
