@@ -280,27 +280,35 @@ inline void fast_peer_leaves_room_for_other_handlers(asio::io_context& io, socke
   });
   std::vector<std::byte> buffer(64 * 1024);
   std::uint64_t bytes_read = 0;
-  bool read_pending = false, fired_while_writing = false, fired = false;
+  bool read_pending = false, timer_pending = false, fired_while_writing = false, fired = false;
+  asio::steady_timer timer(io);
+  auto start_timer = [&] {  // once bytes flow, so that the reads compete with it
+    timer_pending = true;
+    timer.expires_after(std::chrono::milliseconds(10));
+    timer.async_wait([&](error_code ec) {
+      timer_pending = false;
+      if (ec) return;
+      fired = true;
+      fired_while_writing = !writer_ended;
+      stop = true;
+    });
+  };
   std::function<void()> read_next = [&] {
     read_pending = true;
     a.async_read_some(asio::buffer(buffer), [&](error_code ec, std::size_t n) {
       read_pending = false;
+      if (bytes_read == 0 && n > 0) start_timer();
       bytes_read += n;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // slower than the writer
       if (!ec && !writer_ended) read_next();
     });
   };
   read_next();
-  asio::steady_timer timer(io, std::chrono::milliseconds(10));
-  timer.async_wait([&](error_code) {
-    fired = true;
-    fired_while_writing = !writer_ended;
-    stop = true;
-  });
-  run_until(io, [&] { return fired && writer_ended; });
+  run_until(io, [&] { return writer_ended && (fired || bytes_read == 0); });
   writer.join();
   a.cancel();
-  run_until(io, [&] { return !read_pending; });
+  timer.cancel();
+  run_until(io, [&] { return !read_pending && !timer_pending; });
   BOOST_TEST(fired);
   BOOST_TEST(fired_while_writing);
   BOOST_TEST(bytes_read > 0u);
