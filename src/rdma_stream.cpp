@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/error.hpp>
 #include <limits>
 
@@ -226,7 +228,7 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   --receives_posted_;
   if (ec) {
     // A flush means the QP left RTS: closed here, or the peer disconnected.
-    return deliver_failure(closed_ ? error_code(error::operation_aborted) : error_code(error::eof));
+    return fail(closed_ ? error_code(error::operation_aborted) : error_code(error::eof));
   }
   if (r.rdma_immediate) {
     // A peer's write_with_immediate took a receive (and one of its credits); the data it
@@ -245,11 +247,7 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   }
   if ((r.imm & stream_imm::fin_bit) != 0) deliver_end_of_stream();
   send_control_messages();
-  while (!waiting_immediates_.empty() && credits_ >= 1) {
-    auto w = std::move(waiting_immediates_.front());
-    waiting_immediates_.pop_front();
-    start_write_with_immediate(w.request, std::move(w.handler));
-  }
+  start_waiting_immediates();
   capacity_available();
 }
 
@@ -269,7 +267,7 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
       flush_unsignalled_sends();
     }
   } else if (ec) {
-    deliver_failure(error::broken_pipe);
+    fail(error::broken_pipe);
   } else {
     send_control_messages();
   }
@@ -301,6 +299,9 @@ void rdma_stream::finish_close() {
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
   using kind = one_sided_request::kind;
   if (request.op == kind::write_with_immediate) {
+    // A failed connection gives no credits back: fail at once, as the QP in error would.
+    if (failed())
+      return hand_over(std::move(handler), true, make_error_code(wc_errc::flushed), std::size_t{0});
     if (credits_ >= 1 && waiting_immediates_.empty()) return start_write_with_immediate(request, std::move(handler));
     waiting_immediates_.push_back({request, std::move(handler)});
     return;
@@ -312,8 +313,42 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
 
 void rdma_stream::start_write_with_immediate(const one_sided_request& request, size_handler handler) {
   --credits_;
-  start_one_sided(std::move(handler), qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local,
-                  request.remote, request.immediate);
+  // One that ends in error took no receive of the peer's if it was never posted (withdrawn by
+  // a cancel while the send queue was full, or refused by the post): its credit comes back.
+  // Any other error leaves the QP in error, where credits no longer matter.
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  auto done = [self = shared_from_this(), handler = std::move(handler)](error_code ec,
+                                                                        std::size_t n) mutable {
+    if (ec) self->credit_unused();
+    std::move(handler)(ec, n);
+  };
+  start_one_sided(
+      boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done))),
+      qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local, request.remote, request.immediate);
+}
+
+void rdma_stream::credit_unused() {
+  if (failed()) return;
+  ++credits_;
+  start_waiting_immediates();
+  capacity_available();
+}
+
+void rdma_stream::start_waiting_immediates() {
+  while (!waiting_immediates_.empty() && credits_ >= 1) {
+    auto w = std::move(waiting_immediates_.front());
+    waiting_immediates_.pop_front();
+    start_write_with_immediate(w.request, std::move(w.handler));
+  }
+}
+
+// Stream operations see `ec`; writes with immediate still waiting for a credit end as the
+// posted ones do when the QP fails.
+void rdma_stream::fail(error_code ec, bool defer) {
+  deliver_failure(ec, defer);
+  fifo<waiting_immediate> waiting = waiting_immediates_.take();
+  for (auto& w : waiting)
+    hand_over(std::move(w.handler), defer, make_error_code(wc_errc::flushed), std::size_t{0});
 }
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
@@ -369,7 +404,7 @@ void rdma_stream::close() {
   // A failed connection's QP is in the error state already: its flush (and the send queue's
   // marker, see posting_queue::qp_in_error) completes every send.
   flush_wanted_ = unsignalled_tail_ && !failed();
-  deliver_failure(error::operation_aborted, true);
+  fail(error::operation_aborted, true);
   // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up
   // until the last send has been acknowledged (or has failed).
   if (sends_posted_ == 0) {

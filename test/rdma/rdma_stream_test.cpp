@@ -1,8 +1,12 @@
 // The RDMA stream protocol (credits over pre-registered pools) behind coverbs::socket, on
 // loopback queue pairs: the shared stream test bodies, plus what is specific to credits.
+#include <algorithm>
 #include <array>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "one_sided_tests.hpp"
 #include "rdma_socket_pair.hpp"
 #include "stream_tests.hpp"
 
@@ -127,6 +131,58 @@ BOOST_AUTO_TEST_CASE(unsignalled_sends_complete_when_the_qp_fails) {
   stream.peer_disconnected();  // as rdma_cm's DISCONNECTED does: the QP goes to error
   test::run_until(p.io, [&] { return stream.queue_pair().send_queue().in_flight() == 0; });
   BOOST_TEST(stream.queue_pair().send_queue().in_flight() == 0u);
+}
+
+// The peer reads nothing, so a's stream bytes fill its two receive buffers and a write with
+// immediate waits for a credit; closing the socket ends it as a flushed one-sided operation.
+// Its handler was destroyed uninvoked before, with the stream.
+BOOST_AUTO_TEST_CASE(write_with_immediate_waiting_for_a_credit_ends_at_close) {
+  rdma_socket_pair p({.buffers = 2, .buffer_size = 1024});
+  test::guarded_region target(p.b, 4096, test::all_remote_rights);
+  test::local_memory local(p.a, 256);
+  std::vector<std::byte> bytes(8 * 1024);
+  test::outcome wrote, immediate;
+  p.a.async_write_some(asio::buffer(bytes), test::record(wrote));  // takes both credits
+  test::run_until_done(p.io, [&] { return wrote.done; });
+  p.a.async_write_with_immediate(local.slice(0, 64), target.remote(0, 64), 7, test::record(immediate));
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(200));
+  BOOST_TEST_REQUIRE(!immediate.done);  // waiting for a credit
+  p.a.close();
+  test::run_until(
+      p.io, [&] { return immediate.done; }, std::chrono::seconds(10));
+  BOOST_TEST_REQUIRE(immediate.done);
+  BOOST_TEST((immediate.ec == make_error_code(wc_errc::flushed)), immediate.ec.message());
+}
+
+// 200 one-sided writes fill a's send queue (72 deep here), so writes with immediate behind them
+// wait in it; cancelled there they never reach the peer, and the credits they took come back
+// (before, after four such cancels no write with immediate or stream byte went any more).
+BOOST_AUTO_TEST_CASE(write_with_immediate_withdrawn_by_a_cancel_gives_its_credit_back) {
+  rdma_socket_pair p({.buffers = 4, .buffer_size = 4096});
+  test::guarded_region target(p.b, 4096, test::all_remote_rights);
+  test::local_memory local(p.a, 256);
+  std::vector<test::outcome> writes(200), cancelled(4);
+  std::array<asio::cancellation_signal, 4> signals;
+  for (auto& w : writes) p.a.async_write(local.slice(0, 64), target.remote(0, 64), test::record(w));
+  for (std::size_t i = 0; i < cancelled.size(); ++i) {
+    p.a.async_write_with_immediate(
+        local.slice(0, 64), target.remote(64, 64), static_cast<std::uint32_t>(i),
+        asio::bind_cancellation_slot(signals[i].slot(), test::record(cancelled[i])));
+  }
+  for (auto& s : signals) s.emit(asio::cancellation_type::terminal);
+  auto all_done = [](const std::vector<test::outcome>& v) {
+    return std::all_of(v.begin(), v.end(), [](const test::outcome& o) { return o.done; });
+  };
+  test::run_until_done(p.io, [&] { return all_done(writes) && all_done(cancelled); });
+  for (const auto& c : cancelled) BOOST_TEST((c.ec == asio::error::operation_aborted), c.ec.message());
+  for (const auto& w : writes) BOOST_TEST(!w.ec, w.ec.message());
+  std::vector<test::outcome> later(8);
+  for (auto& l : later)
+    p.a.async_write_with_immediate(local.slice(0, 64), target.remote(64, 64), 9, test::record(l));
+  test::run_until(
+      p.io, [&] { return all_done(later); }, std::chrono::seconds(10));
+  for (const auto& l : later) BOOST_TEST((l.done && !l.ec), l.ec.message());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -112,6 +112,10 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
     size_handler handler;
   };
   void start_write_with_immediate(const one_sided_request& request, size_handler handler);
+  /// A write with immediate ended without taking the peer's receive: its credit is free again.
+  void credit_unused();
+  void start_waiting_immediates();
+  void fail(error_code ec, bool defer = false);
 
   std::shared_ptr<void> resources_;
   const verbs::protection_domain& pd_;
