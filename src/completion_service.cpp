@@ -178,7 +178,6 @@ std::size_t completion_engine::collect(op_queue& done) {
       }
       --outstanding_;
       op->owner->on_completed(op, done);
-      done.push(op);
     }
     total += n;
     completions_ += n;
@@ -326,12 +325,18 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
       done.push(earlier);
     }
     if (!signalled(*op)) --unsignalled_in_flight_;
-    if (op == &error_marker_) marker_posted_ = false;
   } else if (op->status != IBV_WC_SUCCESS) {
     qp_in_error();
   }
   posted_.erase(op);
   --in_flight_;
+  // The marker has no handler, and lives in this queue, which a handler of the same batch
+  // may destroy: it never goes to `done`, so it is free for another post at once.
+  if (op == &error_marker_) {
+    marker_posted_ = false;
+  } else {
+    done.push(op);
+  }
   while (!waiting_.empty() && in_flight_ < capacity_) {
     operation* next = waiting_.pop();
     if (int err = post(next); err != 0) {

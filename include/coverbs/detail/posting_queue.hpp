@@ -24,10 +24,11 @@ class posting_queue {
 
   /// Posts `op` now, or queues it until a slot frees. Never completes it inline.
   void submit(operation* op);
-  /// `op`, a request of this queue, completed: frees its slot and posts queued requests, whose
-  /// post failures go to `done`. On a send queue, the unsignalled requests posted before `op`
-  /// have completed too (a QP's send queue completes in order): they go to `done` first, with
-  /// success (a failed request raises its own completion, signalled or not).
+  /// `op`, a request of this queue, completed: it goes to `done` (the error marker excepted),
+  /// its slot is freed and queued requests are posted, whose post failures go to `done` too.
+  /// On a send queue, the unsignalled requests posted before `op` have completed as well (a
+  /// QP's send queue completes in order): they go to `done` first, with success (a failed
+  /// request raises its own completion, signalled or not).
   void on_completed(operation* op, op_queue& done);
   /// Cancellation: a queued request is withdrawn and aborted; a posted one cannot be
   /// recalled, so the QP moves to ERROR and the request ends with its flush completion.
@@ -66,7 +67,7 @@ class posting_queue {
   std::uint32_t unsignalled_run_ = 0;  ///< send queue: posted since the last signalled one
   std::uint32_t unsignalled_in_flight_ = 0;
   /// Send queue: the signalled request of qp_in_error; it has no handler.
-  operation error_marker_{[](operation*, bool) {}, [](operation*) {}};
+  operation error_marker_{[](operation*, bool) {}, [](operation*) {}};  // never completed or destroyed
   bool marker_posted_ = false;
   posting_queue* send_side_ = nullptr;
   op_queue waiting_;
