@@ -169,7 +169,6 @@ std::size_t completion_engine::collect(op_queue& done) {
       const ibv_wc& wc = wcs[i];
       auto* op = reinterpret_cast<operation*>(wc.wr_id);
       polled(op);
-      op->finished = true;
       op->status = wc.status;
       if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
         op->byte_len = wc.byte_len;
@@ -259,7 +258,6 @@ void posting_queue::submit(operation* op) {
   }
   if (int err = post(op); err != 0) {
     op->post_error = err;
-    op->finished = true;
     engine_->complete_later(op);
   }
 }
@@ -317,7 +315,6 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
          earlier = posted_.front()) {
       posted_.erase(earlier);
       polled(earlier);
-      earlier->finished = true;
       earlier->status = IBV_WC_SUCCESS;
       --in_flight_;
       --unsignalled_in_flight_;
@@ -341,7 +338,6 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
     operation* next = waiting_.pop();
     if (int err = post(next); err != 0) {
       next->post_error = err;
-      next->finished = true;
       done.push(next);
     }
   }
@@ -369,18 +365,20 @@ class deferred_abort {
 }  // namespace
 
 void posting_queue::cancel(operation* op) {
-  // A handler earlier in the same batch of completions may cancel one whose completion was
-  // polled with it: putting the QP in error then would fail a connection for nothing.
-  if (op->finished) return;
-  op->cancelled = true;
   if (waiting_.erase(op)) {
-    op->finished = true;
+    op->cancelled = true;
     // Posted, not completed here: cancel() runs inside the handler's cancellation slot, which
     // completing would clear under its own feet.
     op->status = IBV_WC_WR_FLUSH_ERR;
     boost::asio::post(engine_->executor, deferred_abort(op));
     return;
   }
+  // Neither waiting nor posted: its result is known (polled, implied, withdrawn, failed to
+  // post) and its handler on its way. A handler earlier in the same batch of completions may
+  // cancel it; too late, as in Asio, and putting the QP in error would fail the connection
+  // for nothing.
+  if (!posted_.contains(op)) return;
+  op->cancelled = true;
   if (kind_ != kind::shared_receive) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
@@ -397,7 +395,6 @@ void posting_queue::qp_in_error() noexcept {
   // An RDMA WRITE of nothing: were the QP not in error after all, it would still touch no
   // memory and take no receive of the peer's.
   error_marker_.owner = this;
-  error_marker_.finished = false;
   error_marker_.wr.send = {};
   error_marker_.wr.send.wr_id = reinterpret_cast<std::uint64_t>(&error_marker_);
   error_marker_.wr.send.opcode = IBV_WR_RDMA_WRITE;
@@ -407,7 +404,6 @@ void posting_queue::qp_in_error() noexcept {
 
 void posting_queue::abort_waiting() {
   while (operation* op = waiting_.pop()) {
-    op->finished = true;
     op->cancelled = true;
     op->status = IBV_WC_WR_FLUSH_ERR;
     op->complete(op, true);

@@ -39,9 +39,6 @@ struct operation {
   std::uint32_t imm = 0;       ///< immediate data in host order
   bool rdma_immediate = false; ///< a receive consumed by an RDMA WRITE with immediate
   bool cancelled = false;
-  /// Its result is known (polled, implied by a later completion, or withdrawn) and its handler
-  /// is on its way: a cancel that comes now is too late and changes nothing, as in Asio.
-  bool finished = false;
 };
 
 /// Intrusive FIFO of operations; no allocation.
@@ -102,6 +99,9 @@ class op_list {
     return op;
   }
   operation* front() const noexcept { return head_; }
+  /// Whether `op` is in this list, given that it is in no other op_list (only this class sets
+  /// `prev`, and erase clears it).
+  bool contains(const operation* op) const noexcept { return op->prev != nullptr || head_ == op; }
 
  private:
   operation* head_ = nullptr;
