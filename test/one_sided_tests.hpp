@@ -30,6 +30,11 @@ inline auto record(outcome& o) {
   return [&o](error_code ec, auto value) { o = {true, ec, static_cast<std::uint64_t>(value)}; };
 }
 
+/// Whether every operation recorded into `outcomes` has completed.
+inline bool all_done(const std::vector<outcome>& outcomes) {
+  return std::all_of(outcomes.begin(), outcomes.end(), [](const outcome& o) { return o.done; });
+}
+
 /// Runs `io` until `done()` holds, failing the test if it does not within `limit`.
 template <class Predicate>
 void run_until_done(asio::io_context& io, Predicate done, std::chrono::seconds limit = std::chrono::seconds(60)) {
@@ -393,7 +398,7 @@ inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, s
   a.async_fetch_add(local.slice(0, 8), target.remote(4, 8), 1, record(results[5]));
   a.async_compare_swap(local.slice(4, 8), target.remote(0, 8), 0, 1, record(results[6]));
   BOOST_TEST(std::none_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }));
-  run_until_done(io, [&] { return std::all_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }); });
+  run_until_done(io, [&] { return all_done(results); });
   for (std::size_t i = 0; i < results.size(); ++i) {
     BOOST_TEST_CONTEXT("operation " << i) {
       const auto expected = i < 5 ? make_error_code(errc::buffer_too_small) : make_error_code(errc::misaligned_atomic);
@@ -410,9 +415,7 @@ inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, s
   std::vector<outcome> refused(64);
   for (auto& r : refused)
     a.async_write_with_immediate(local.slice(0, 128), target.remote(0, 64), 1, record(r));
-  run_until_done(io, [&] {
-    return std::all_of(refused.begin(), refused.end(), [](const outcome& o) { return o.done; });
-  });
+  run_until_done(io, [&] { return all_done(refused); });
   BOOST_TEST(std::all_of(refused.begin(), refused.end(),
                          [](const outcome& o) { return o.ec == make_error_code(errc::buffer_too_small); }));
 

@@ -171,17 +171,14 @@ BOOST_AUTO_TEST_CASE(write_with_immediate_withdrawn_by_a_cancel_gives_its_credit
         asio::bind_cancellation_slot(signals[i].slot(), test::record(cancelled[i])));
   }
   for (auto& s : signals) s.emit(asio::cancellation_type::terminal);
-  auto all_done = [](const std::vector<test::outcome>& v) {
-    return std::all_of(v.begin(), v.end(), [](const test::outcome& o) { return o.done; });
-  };
-  test::run_until_done(p.io, [&] { return all_done(writes) && all_done(cancelled); });
+  test::run_until_done(p.io, [&] { return test::all_done(writes) && test::all_done(cancelled); });
   for (const auto& c : cancelled) BOOST_TEST((c.ec == asio::error::operation_aborted), c.ec.message());
   for (const auto& w : writes) BOOST_TEST(!w.ec, w.ec.message());
   std::vector<test::outcome> later(8);
   for (auto& l : later)
     p.a.async_write_with_immediate(local.slice(0, 64), target.remote(64, 64), 9, test::record(l));
   test::run_until(
-      p.io, [&] { return all_done(later); }, std::chrono::seconds(10));
+      p.io, [&] { return test::all_done(later); }, std::chrono::seconds(10));
   for (const auto& l : later) BOOST_TEST((l.done && !l.ec), l.ec.message());
 }
 
