@@ -290,7 +290,8 @@ void stream_core::cancel(op which) {
   switch (which) {
     case op::read: return abort(read_);
     // Bytes the transport is sending from the caller's memory cannot be recalled (the peer's
-    // framing counts them already): the operation ends once they are out, or on close().
+    // framing counts them already): the operation ends once they are out, or when the connection fails or
+    // closes.
     case op::write: return direct_pending(false) ? void() : abort(write_);
     case op::receive: return abort(receive_);
     case op::send: return direct_pending(true) ? void() : abort(send_);

@@ -265,6 +265,35 @@ BOOST_AUTO_TEST_CASE(sends_the_socket_takes_in_part) {
   BOOST_TEST(sent == count);
 }
 
+// A write or send of 16 KiB or more goes out from the caller's own memory, so it ends only once
+// the socket has taken it all. When the connection fails while the peer reads nothing, that
+// never happens: the failure must end them (as a queue pair in error flushes its sends), not
+// leave them pending until close().
+BOOST_AUTO_TEST_CASE(a_failure_ends_writes_stalled_in_the_socket) {
+  raw_peer p;
+  std::vector<std::byte> chunk(1 << 20, std::byte{0x33});
+  outcome write;
+  for (int i = 0; i < 64 && (i == 0 || write.done); ++i) {  // until the socket's buffers are full
+    BOOST_TEST_REQUIRE(!write.ec, write.ec.message());
+    write = {};
+    p.a.async_write_some(asio::buffer(chunk), record(write));
+    p.io.restart();
+    p.io.run_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_REQUIRE(!write.done, "the socket's buffers never filled");
+  outcome send, read;
+  std::vector<std::byte> message(64 * 1024, std::byte{0x44});
+  p.a.async_send(asio::buffer(message), record(send));
+  std::array<char, 8> buf{};
+  watch_stream(p, buf, read);
+  p.send_bytes(std::vector<std::byte>(wire::header_size, std::byte{0xff}));
+  run_until_done(
+      p.io, [&] { return read.done && write.done && send.done; }, std::chrono::seconds(10));
+  BOOST_TEST((read.ec == make_error_code(errc::malformed_frame)), read.ec.message());
+  BOOST_TEST((write.ec == asio::error::broken_pipe), write.ec.message());
+  BOOST_TEST((send.ec == asio::error::broken_pipe), send.ec.message());
+}
+
 // A write whose payload comes in parts goes into its region as it comes; where the region is
 // deregistered between the parts, nothing more is written there and the write is refused with
 // remote_access, as a device refuses a write to a key gone.
