@@ -227,7 +227,9 @@ void rdma_stream::send_control_messages() {
 void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   --receives_posted_;
   if (ec) {
-    // A flush means the QP left RTS: closed here, or the peer disconnected.
+    // A flush means the QP left RTS: closed here, or the peer disconnected. A receive that
+    // failed to post left it up: see on_send.
+    if (!closed_) qp_->close();
     return fail(closed_ ? error_code(error::operation_aborted) : error_code(error::eof));
   }
   if (r.rdma_immediate) {
@@ -267,6 +269,10 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
       flush_unsignalled_sends();
     }
   } else if (ec) {
+    // A send that failed to post left the QP up, and the unsignalled sends posted before it
+    // would then never complete: close() could not finish. A QP in error flushes them all
+    // (and is where any other failed send has left it already).
+    qp_->close();
     fail(error::broken_pipe);
   } else {
     send_control_messages();
