@@ -38,6 +38,11 @@ inline void socket_suite_lazy(transport kind) {
   lazy_operation_acts_on_the_socket_when_started(p.io, p.a, p.b);
 }
 
+inline void socket_suite_small_writes(transport kind) {
+  connected_pair p(kind);
+  small_writes_keep_asio_rules(p.io, p.a, p.b);
+}
+
 inline void socket_suite_cancelled_read(transport kind) {
   connected_pair p(kind);
   read_cancelled_by_timer_leaves_connection_usable(p.io, p.a, p.b);

@@ -6,7 +6,9 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -17,10 +19,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <optional>
 #include <random>
 #include <string>
@@ -534,6 +538,112 @@ inline void lazy_operation_acts_on_the_socket_when_started(asio::io_context& io,
   run_until(io, [&] { return got != asio::error::would_block; });
   BOOST_TEST((got == asio::error::bad_descriptor), got.message());
   BOOST_TEST(n == 0u);
+}
+
+/// An allocator that counts what it allocates, to show that a handler's own is used.
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  std::size_t* count;
+  explicit counting_allocator(std::size_t* c) noexcept : count(c) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& other) noexcept : count(other.count) {}
+  T* allocate(std::size_t n) {
+    ++*count;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U>
+  bool operator==(const counting_allocator<U>& other) const noexcept {
+    return count == other.count;
+  }
+};
+
+/// Small writes and sends usually complete at once (the transport takes the bytes before the
+/// handler is stored): as with any Asio operation, the handler still never runs inside the
+/// initiating function, runs on its own associated executor, is allocated from its own
+/// associated allocator, and every kind of completion token works.
+inline void small_writes_keep_asio_rules(asio::io_context& io, socket& a, socket& b) {
+  const std::string text = "small";
+  std::size_t stream_writes = 0, messages = 0;
+  auto each_kind = [&](auto message_tag) {
+    constexpr bool message = decltype(message_tag)::value;
+    auto start = [&](auto&& token) {
+      ++(message ? messages : stream_writes);
+      if constexpr (message) {
+        return a.async_send(asio::buffer(text), std::forward<decltype(token)>(token));
+      } else {
+        return a.async_write_some(asio::buffer(text), std::forward<decltype(token)>(token));
+      }
+    };
+    BOOST_TEST_CONTEXT((message ? "async_send" : "async_write_some")) {
+      std::optional<std::size_t> plain;
+      start([&](error_code ec, std::size_t n) {
+        BOOST_TEST(!ec, ec.message());
+        plain = n;
+      });
+      BOOST_TEST(!plain.has_value(), "the handler ran inside the initiating function");
+      run_until(io, [&] { return plain.has_value(); });
+      BOOST_TEST((plain == text.size()));
+
+      asio::io_context other;
+      bool ran = false, on_other = false;
+      start(asio::bind_executor(other, [&](error_code ec, std::size_t) {
+        BOOST_TEST(!ec, ec.message());
+        ran = true;
+        on_other = other.get_executor().running_in_this_thread();
+      }));
+      io.restart();
+      io.run_for(std::chrono::milliseconds(50));
+      BOOST_TEST(!ran, "the handler ran outside its own executor");
+      other.run();
+      BOOST_TEST((ran && on_other));
+
+      std::size_t allocated = 0;
+      bool done = false;
+      start(asio::bind_allocator(counting_allocator<void>(&allocated),
+                                 [&](error_code ec, std::size_t) { done = !ec; }));
+      run_until(io, [&] { return done; });
+      BOOST_TEST(done);
+      BOOST_TEST(allocated > 0u, "the handler's own allocator was not used");
+
+      auto lazy = start(asio::deferred);
+      std::optional<std::size_t> later;
+      std::move(lazy)([&](error_code ec, std::size_t n) {
+        BOOST_TEST(!ec, ec.message());
+        later = n;
+      });
+      run_until(io, [&] { return later.has_value(); });
+      BOOST_TEST((later == text.size()));
+
+      auto work = asio::make_work_guard(io);
+      io.restart();
+      std::thread runner([&] { io.run_for(std::chrono::seconds(20)); });
+      std::future<std::size_t> future = start(asio::use_future);
+      BOOST_TEST((future.wait_for(std::chrono::seconds(20)) == std::future_status::ready));
+      BOOST_TEST(future.get() == text.size());
+      work.reset();
+      io.stop();
+      runner.join();
+    }
+  };
+  each_kind(std::false_type());
+  each_kind(std::true_type());
+  // Everything arrived, in order.
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    std::string bytes(stream_writes * text.size(), '\0');
+    co_await asio::async_read(b, asio::buffer(bytes), asio::use_awaitable);
+    BOOST_TEST(bytes == [&] {
+      std::string all;
+      for (std::size_t i = 0; i < stream_writes; ++i) all += text;
+      return all;
+    }());
+    for (std::size_t i = 0; i < messages; ++i) {
+      std::array<char, 64> in{};
+      const std::size_t n = co_await b.async_receive(asio::buffer(in), asio::use_awaitable);
+      BOOST_TEST(std::string(in.data(), n) == text);
+    }
+  });
 }
 
 }  // namespace coverbs::test

@@ -146,16 +146,14 @@ class socket {
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_write_some(const ConstBufferSequence& buffers,
                         CompletionToken&& token = detail::default_socket_token()) {
-    return initiate<detail::const_buffer_list>(&detail::stream_core::write_some, buffers,
-                    std::forward<CompletionToken>(token));
+    return initiate_write<false>(buffers, std::forward<CompletionToken>(token));
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
   /// tcp::socket's alias of write_some). At most `options().buffer_size` bytes.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
                   CompletionToken&& token = detail::default_socket_token()) {
-    return initiate<detail::const_buffer_list>(&detail::stream_core::send_message, buffers,
-                    std::forward<CompletionToken>(token));
+    return initiate_write<true>(buffers, std::forward<CompletionToken>(token));
   }
   /// Receives the next whole message. A buffer too small for it gives `message_size` and the
   /// message stays queued for a larger one.
@@ -265,6 +263,17 @@ class socket {
           (impl.*member)(Buffers(buffers), std::move(handler));
         },
         std::forward<CompletionToken>(token), buffers);
+  }
+
+  // Writes and sends: the transport may take them at once, before the handler is erased.
+  template <bool Message, class ConstBufferSequence, class CompletionToken>
+  auto initiate_write(const ConstBufferSequence& buffers, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+        [](auto handler, socket* self, const ConstBufferSequence& buffers) {
+          if (!self->impl_) return not_open(std::move(handler), self->executor_, std::size_t{0});
+          self->impl_->write_unerased<Message>(detail::const_buffer_list(buffers), std::move(handler));
+        },
+        token, this, buffers);
   }
 
   template <class Handler, class Value>

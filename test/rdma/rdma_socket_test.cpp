@@ -16,6 +16,9 @@ BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::rdma); }
 BOOST_AUTO_TEST_CASE(lazy_operations) {
   test::socket_suite_lazy(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(small_writes) {
+  test::socket_suite_small_writes(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::rdma); }
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::rdma, 8 << 20);

@@ -15,6 +15,9 @@ BOOST_AUTO_TEST_CASE(close) { test::socket_suite_close(transport::tcp); }
 BOOST_AUTO_TEST_CASE(lazy_operations) {
   test::socket_suite_lazy(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(small_writes) {
+  test::socket_suite_small_writes(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(cancelled_read) { test::socket_suite_cancelled_read(transport::tcp); }
 BOOST_AUTO_TEST_CASE(cancelled_write) {
   test::socket_suite_cancelled_write(transport::tcp, 32 << 20);

@@ -58,6 +58,20 @@ class stream_core : public handler_holder {
   void read_some(const mutable_buffer_list& buffers, size_handler handler);
   /// Stream write: as many bytes as the transport takes now (at least one), else waits.
   void write_some(const const_buffer_list& buffers, size_handler handler);
+  /// write_some (or, where `message`, send_message) for a handler not yet erased: where the
+  /// transport takes the bytes at once (no such operation pending, nothing failed or shut,
+  /// fewer than min_direct_bytes), the handler is posted as it is, without being stored,
+  /// watched for cancellation and ended, which is most of the cost of a small write or send;
+  /// otherwise it is erased and goes the way of write_some or send_message.
+  template <bool Message, class Handler>
+  void write_unerased(const_buffer_list buffers, Handler&& handler) {
+    std::size_t n = 0;
+    if (transmit_now(buffers, Message, n)) {
+      return post_result(executor_, std::forward<Handler>(handler), allocator(), error_code(), n);
+    }
+    size_handler erased(std::forward<Handler>(handler), executor_, allocator());
+    Message ? send_message(buffers, std::move(erased)) : write_some(buffers, std::move(erased));
+  }
   /// Takes the next whole message; a too-small buffer gets message_size and keeps it queued.
   void receive_message(const mutable_buffer_list& buffers, size_handler handler);
   /// Sends `buffers` as one message (at most `max_message_size()` bytes).
@@ -149,7 +163,8 @@ class stream_core : public handler_holder {
   template <class Handler, class... Results>
   void hand_over(Handler&& handler, bool defer, Results... results) const {
     if (defer) {
-      return post_unerased(executor_, boost::asio::append(std::forward<Handler>(handler), results...));
+      using call = posted_call<std::decay_t<Handler>, Results...>;
+      return post_unerased(executor_, call{std::forward<Handler>(handler), {results...}});
     }
     std::forward<Handler>(handler)(results...);
   }
@@ -199,6 +214,9 @@ class stream_core : public handler_holder {
     const_buffer_list buffers;
     size_handler handler;
   };
+  /// For write_unerased: whether the transport took the write or message now (`n`: what it
+  /// completes with); false leaves `buffers` untouched.
+  bool transmit_now(const_buffer_list& buffers, bool message, std::size_t& n);
   void serve_read(bool defer);
   void serve_receive(bool defer);
   void serve_write(bool defer);
