@@ -98,7 +98,19 @@ class erased_handler<void(Args...)> {
     holder(Handler&& h, const boost::asio::any_io_executor& ex)
         : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
           handler(std::move(h)),
-          io_executor(ex) {}
+          io_executor(io_executor_of(ex)) {}
+
+    /// A handler with an executor of its own never needs the I/O executor, which is not kept
+    /// then: copying and moving an any_io_executor is much of what storing a handler costs.
+    using io_executor_type =
+        std::conditional_t<has_own_executor<Handler>, no_associated_executor, boost::asio::any_io_executor>;
+    static io_executor_type io_executor_of(const boost::asio::any_io_executor& ex) {
+      if constexpr (has_own_executor<Handler>) {
+        return {};
+      } else {
+        return ex;
+      }
+    }
 
     static holder_allocator allocator_of(const Handler& h, const allocator_type& memory) {
       return holder_allocator(boost::asio::get_associated_allocator(h, memory));
@@ -117,11 +129,9 @@ class erased_handler<void(Args...)> {
 
     // Frees this holder and hands back its contents, so that the memory is free before the
     // handler runs and a handler starting the next operation reuses it.
-    static std::pair<Handler, boost::asio::any_io_executor> take(base* b,
-                                                                 const allocator_type& memory) noexcept {
+    static std::pair<Handler, io_executor_type> take(base* b, const allocator_type& memory) noexcept {
       auto* self = static_cast<holder*>(b);
-      std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler),
-                                                                std::move(self->io_executor));
+      std::pair<Handler, io_executor_type> contents(std::move(self->handler), std::move(self->io_executor));
       holder_allocator alloc = allocator_of(contents.first, memory);
       self->~holder();
       std::allocator_traits<holder_allocator>::deallocate(alloc, self, 1);
@@ -130,13 +140,17 @@ class erased_handler<void(Args...)> {
 
     static void do_invoke(base* b, const allocator_type& memory, Args... args) {
       auto [h, ex] = take(b, memory);
-      invoke_handler(std::move(h), ex, std::move(args)...);
+      if constexpr (has_own_executor<Handler>) {
+        invoke_on_own_executor(std::move(h), std::move(args)...);
+      } else {
+        invoke_handler(std::move(h), ex, std::move(args)...);
+      }
     }
 
     static void do_destroy(base* b, const allocator_type& memory) noexcept { take(b, memory); }
 
     Handler handler;
-    boost::asio::any_io_executor io_executor;
+    [[no_unique_address]] io_executor_type io_executor;
   };
 
   base* impl_ = nullptr;
