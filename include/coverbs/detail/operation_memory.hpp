@@ -6,8 +6,10 @@
 // go to malloc. This pool keeps the blocks a connection has used (grouped by size) and hands
 // them out again; it frees them when the connection and the last of its operations are gone.
 // Like the connection itself it is used from one thread at a time (its executor), and so is its
-// reference count: Asio copies an operation's allocator many times per operation, and with an
-// atomic count (a shared_ptr) those copies cost more than the pool saves.
+// count of users: the connection and each block handed out. Allocators are plain pointers:
+// Asio copies an operation's allocator many times per operation, and counting the copies (an
+// atomic shared_ptr at first, then a plain count) cost more than the pool saves. An allocator
+// allocates only while its connection or an operation allocated from it holds the pool.
 #pragma once
 
 #include <array>
@@ -32,18 +34,28 @@ class operation_memory {
 
   void* allocate(std::size_t size) {
     const std::size_t c = size_class(size);
-    if (c == classes) return ::operator new (size, std::align_val_t{alignment});
-    if (block* b = free_[c]) {
+    void* p = nullptr;
+    if (c == classes) {
+      p = ::operator new (size, std::align_val_t{alignment});
+    } else if (block* b = free_[c]) {
       free_[c] = b->next;
-      return b;
+      p = b;
+    } else {
+      p = ::operator new (class_size(c), std::align_val_t{alignment});
     }
-    return ::operator new (class_size(c), std::align_val_t{alignment});
+    ++users_;
+    return p;
   }
 
+  /// The last user gone (the connection, then this block), the pool goes too.
   void deallocate(void* p, std::size_t size) noexcept {
     const std::size_t c = size_class(size);
-    if (c == classes) return ::operator delete (p, std::align_val_t{alignment});
-    free_[c] = ::new (p) block{free_[c]};
+    if (c == classes) {
+      ::operator delete (p, std::align_val_t{alignment});
+    } else {
+      free_[c] = ::new (p) block{free_[c]};
+    }
+    if (--users_ == 0) destroy(this);
   }
 
  private:
@@ -60,27 +72,27 @@ class operation_memory {
   }
 
   std::array<block*, classes> free_{};
-  std::size_t users_ = 0;  ///< the connection and every allocator copy
+  std::size_t users_ = 0;  ///< the connection's handle and every block handed out
 
   friend void intrusive_ptr_add_ref(operation_memory* m) noexcept { ++m->users_; }
   friend void intrusive_ptr_release(operation_memory* m) noexcept {
     if (--m->users_ == 0) destroy(m);
   }
-  // Out of line: inlined, g++ 12 sees two allocator copies die in a row and warns that the
-  // second may touch the pool the first deleted (it cannot know the count stays above zero).
+  // Out of line: inlined, g++ 12 sees two releases in a row and warns that the second may
+  // touch the pool the first deleted (it cannot know the count stays above zero).
   [[gnu::noinline]] static void destroy(operation_memory* m) noexcept { delete m; }
 };
 
-/// Shared ownership of a connection's operation_memory (see its reference count).
+/// The connection's handle on its operation_memory (see its count of users).
 using operation_memory_ptr = boost::intrusive_ptr<operation_memory>;
 
-/// An allocator over a connection's operation_memory, which it keeps alive.
+/// An allocator over a connection's operation_memory, which the blocks it hands out keep alive.
 template <class T>
 class operation_allocator {
  public:
   using value_type = T;
 
-  explicit operation_allocator(operation_memory_ptr memory) noexcept : memory_(std::move(memory)) {}
+  explicit operation_allocator(operation_memory* memory) noexcept : memory_(memory) {}
   template <class U>
   operation_allocator(const operation_allocator<U>& other) noexcept : memory_(other.memory()) {}
 
@@ -95,14 +107,14 @@ class operation_allocator {
     memory_->deallocate(p, n * sizeof(T));
   }
 
-  const operation_memory_ptr& memory() const noexcept { return memory_; }
+  operation_memory* memory() const noexcept { return memory_; }
   template <class U>
   bool operator==(const operation_allocator<U>& other) const noexcept {
     return memory_ == other.memory();
   }
 
  private:
-  operation_memory_ptr memory_;
+  operation_memory* memory_;
 };
 
 }  // namespace coverbs::detail

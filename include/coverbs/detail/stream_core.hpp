@@ -52,7 +52,7 @@ class stream_core : public handler_holder {
 
   const boost::asio::any_io_executor& get_executor() const noexcept { return executor_; }
   /// Where this connection's operations and their handlers are allocated (operation_memory).
-  operation_allocator<void> allocator() const noexcept { return operation_allocator<void>(memory_); }
+  operation_allocator<void> allocator() const noexcept { return operation_allocator<void>(memory_.get()); }
 
   /// Stream read: at least one byte, or eof once the peer shut down and all was read.
   void read_some(const mutable_buffer_list& buffers, size_handler handler);
