@@ -939,10 +939,12 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
   fifo<one_sided_op> ops = take_operations();
   for (auto& op : ops) finish(op, &op == &ops.front() ? first : rest, 0, false);
   deliver_failure(stream_ec);
-  // A write or send from the caller's memory ends only once the socket has taken all of it,
-  // which a peer that stopped reading never lets happen: as a queue pair in error flushes its
-  // sends, the failure ends it (on_written), dropping what is queued with it.
-  if (!closed_ && (direct_pending(false) || direct_pending(true))) {
+  // A write or send from the caller's memory ends only once the socket has taken all of it.
+  // A peer that is gone or failed the connection itself reads no more, so that never happens:
+  // as a queue pair in error flushes its sends, the failure ends it (on_written), dropping what
+  // is queued with it. Where this side tells the peer why it fails (a refused request: the
+  // peer is healthy and reading), the frames go out behind it, the write then ends normally.
+  if (!closed_ && tell_peer == frame_status::ok && (direct_pending(false) || direct_pending(true))) {
     error_code ignored;
     socket_.cancel(ignored);
   }

@@ -265,15 +265,12 @@ BOOST_AUTO_TEST_CASE(sends_the_socket_takes_in_part) {
   BOOST_TEST(sent == count);
 }
 
-// A write or send of 16 KiB or more goes out from the caller's own memory, so it ends only once
-// the socket has taken it all. When the connection fails while the peer reads nothing, that
-// never happens: the failure must end them (as a queue pair in error flushes its sends), not
-// leave them pending until close().
-BOOST_AUTO_TEST_CASE(a_failure_ends_writes_stalled_in_the_socket) {
-  raw_peer p;
-  std::vector<std::byte> chunk(1 << 20, std::byte{0x33});
-  outcome write;
-  for (int i = 0; i < 64 && (i == 0 || write.done); ++i) {  // until the socket's buffers are full
+// 1 MiB writes from a until one stays pending: the peer reads nothing, so the socket's
+// buffers fill. Each write goes out from the caller's memory (16 KiB or more), so it ends only
+// once the socket has taken it all. Returns the number of writes.
+static std::size_t fill_the_socket(raw_peer& p, std::vector<std::byte>& chunk, outcome& write) {
+  std::size_t writes = 0;
+  for (; writes < 64 && (writes == 0 || write.done); ++writes) {
     BOOST_TEST_REQUIRE(!write.ec, write.ec.message());
     write = {};
     p.a.async_write_some(asio::buffer(chunk), record(write));
@@ -281,17 +278,58 @@ BOOST_AUTO_TEST_CASE(a_failure_ends_writes_stalled_in_the_socket) {
     p.io.run_for(std::chrono::milliseconds(100));
   }
   BOOST_TEST_REQUIRE(!write.done, "the socket's buffers never filled");
+  return writes;
+}
+
+// The peer fails the connection (a failing close) and reads nothing more: the pending write
+// and send must end (as a queue pair in error flushes its sends), not stay pending until
+// close().
+BOOST_AUTO_TEST_CASE(a_failure_ends_writes_stalled_in_the_socket) {
+  raw_peer p;
+  std::vector<std::byte> chunk(1 << 20, std::byte{0x33});
+  outcome write;
+  fill_the_socket(p, chunk, write);
   outcome send, read;
   std::vector<std::byte> message(64 * 1024, std::byte{0x44});
   p.a.async_send(asio::buffer(message), record(send));
   std::array<char, 8> buf{};
   watch_stream(p, buf, read);
-  p.send_bytes(std::vector<std::byte>(wire::header_size, std::byte{0xff}));
+  p.send({.type = frame_type::close, .status = frame_status::remote_access});
   run_until_done(
       p.io, [&] { return read.done && write.done && send.done; }, std::chrono::seconds(10));
-  BOOST_TEST((read.ec == make_error_code(errc::malformed_frame)), read.ec.message());
+  BOOST_TEST((read.ec == asio::error::eof), read.ec.message());
   BOOST_TEST((write.ec == asio::error::broken_pipe), write.ec.message());
   BOOST_TEST((send.ec == asio::error::broken_pipe), send.ec.message());
+}
+
+// This side refuses a request of a peer that still reads: the refusal and the failing close
+// go out behind the large write in progress, which ends normally (it was not cut short).
+BOOST_AUTO_TEST_CASE(a_refusal_reaches_a_reading_peer_behind_a_large_write) {
+  raw_peer p;
+  std::vector<std::byte> chunk(1 << 20, std::byte{0x33});
+  outcome write;
+  const std::size_t writes = fill_the_socket(p, chunk, write);
+  p.send({.type = frame_type::read_request, .request_id = 1, .remote_address = 64, .rkey = 77, .length = 8});
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(100));  // a refuses it while the write is pending
+  std::size_t data = 0;
+  for (;;) {
+    const frame f = p.receive();
+    if (f.h.type == frame_type::data) {
+      data += f.payload.size();
+      BOOST_TEST_REQUIRE(test::all_bytes(f.payload, std::byte{0x33}));
+      continue;
+    }
+    BOOST_TEST_REQUIRE((f.h.type == frame_type::read_response), "the refusal did not come next");
+    BOOST_TEST((f.h.status == frame_status::remote_access));
+    break;
+  }
+  BOOST_TEST(data == writes * chunk.size());
+  BOOST_TEST((p.closing_status() == frame_status::remote_access));
+  run_until_done(
+      p.io, [&] { return write.done; }, std::chrono::seconds(10));
+  BOOST_TEST(!write.ec, write.ec.message());
+  BOOST_TEST(write.value == chunk.size());
 }
 
 // A write whose payload comes in parts goes into its region as it comes; where the region is
