@@ -98,19 +98,8 @@ class erased_handler<void(Args...)> {
     holder(Handler&& h, const boost::asio::any_io_executor& ex)
         : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
           handler(std::move(h)),
-          io_executor(io_executor_of(ex)) {}
-
-    /// A handler with an executor of its own never needs the I/O executor, which is not kept
-    /// then: copying and moving an any_io_executor is much of what storing a handler costs.
-    using io_executor_type =
-        std::conditional_t<has_own_executor<Handler>, no_associated_executor, boost::asio::any_io_executor>;
-    static io_executor_type io_executor_of(const boost::asio::any_io_executor& ex) {
-      if constexpr (has_own_executor<Handler>) {
-        return {};
-      } else {
-        return ex;
-      }
-    }
+          io_executor(keep_io_executor<Handler>(ex)) {}
+    using io_executor_type = io_executor_for<Handler>;
 
     static holder_allocator allocator_of(const Handler& h, const allocator_type& memory) {
       return holder_allocator(boost::asio::get_associated_allocator(h, memory));
@@ -140,11 +129,7 @@ class erased_handler<void(Args...)> {
 
     static void do_invoke(base* b, const allocator_type& memory, Args... args) {
       auto [h, ex] = take(b, memory);
-      if constexpr (has_own_executor<Handler>) {
-        invoke_on_own_executor(std::move(h), std::move(args)...);
-      } else {
-        invoke_handler(std::move(h), ex, std::move(args)...);
-      }
+      invoke_handler(std::move(h), ex, std::move(args)...);
     }
 
     static void do_destroy(base* b, const allocator_type& memory) noexcept { take(b, memory); }

@@ -22,49 +22,51 @@ constexpr bool has_own_executor =
     !std::is_same_v<boost::asio::associated_executor_t<Handler, no_associated_executor>,
                     no_associated_executor>;
 
-/// Whether `handler` may run right here: its associated executor (by default `io_executor`)
-/// is an io_context's running on this thread. The library's own handlers have no executor of
-/// their own, so `io_executor` is checked without making a copy of it to ask.
-template <class Handler>
-bool runs_here(const Handler& handler, const boost::asio::any_io_executor& io_executor) {
-  auto running = [](const boost::asio::any_io_executor& ex) {
-    const auto* io = ex.target<boost::asio::io_context::executor_type>();
-    return io != nullptr && io->running_in_this_thread();
-  };
-  if constexpr (!has_own_executor<Handler>) {
-    return running(io_executor);
-  } else {
-    const auto handler_ex = boost::asio::get_associated_executor(handler, io_executor);
-    if constexpr (std::is_same_v<std::decay_t<decltype(handler_ex)>, boost::asio::any_io_executor>) {
-      return running(handler_ex);
-    } else {
-      return false;
-    }
-  }
-}
-
-/// Runs `handler(args...)` on its associated executor (by default `io_executor`) as dispatch
-/// would. Where that executor is an io_context's running on this thread, dispatch would run it
-/// inline too, but only after wrapping it in the any_io_executor's type-erased function (a
-/// sixth of a small echo's instructions, and a scheduler operation per work completion): it is
-/// called directly instead.
-template <class Handler, class... Args>
-void invoke_handler(Handler&& handler, const boost::asio::any_io_executor& io_executor, Args&&... args) {
-  if (runs_here(handler, io_executor)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
-  boost::asio::dispatch(io_executor, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
-}
-
-/// invoke_handler for a handler with an executor of its own, which is all it needs.
-template <class Handler, class... Args>
-void invoke_on_own_executor(Handler&& handler, Args&&... args) {
-  const auto ex = boost::asio::get_associated_executor(handler);
-  if constexpr (std::is_same_v<std::decay_t<decltype(ex)>, boost::asio::any_io_executor>) {
+/// Whether `ex` is an io_context's executor running on this thread (only an any_io_executor is
+/// asked: other executor types are handed over by dispatch).
+template <class Executor>
+bool running_here(const Executor& ex) {
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
     const auto* io = ex.template target<boost::asio::io_context::executor_type>();
-    if (io != nullptr && io->running_in_this_thread()) {
-      return std::forward<Handler>(handler)(std::forward<Args>(args)...);
-    }
+    return io != nullptr && io->running_in_this_thread();
+  } else {
+    return false;
   }
-  boost::asio::dispatch(ex, boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+}
+
+/// What a stored or posted handler keeps of the I/O executor: nothing when the handler has an
+/// executor of its own, which is all it needs (copying and moving an any_io_executor is much
+/// of what storing a small handler costs).
+template <class Handler>
+using io_executor_for =
+    std::conditional_t<has_own_executor<Handler>, no_associated_executor, boost::asio::any_io_executor>;
+template <class Handler>
+io_executor_for<Handler> keep_io_executor(const boost::asio::any_io_executor& ex) {
+  if constexpr (has_own_executor<Handler>) {
+    return {};
+  } else {
+    return ex;
+  }
+}
+
+/// Runs `handler(args...)` on its associated executor (by default `io_executor`, which a
+/// handler with an executor of its own never needs: see io_executor_for) as dispatch would.
+/// Where that executor is an io_context's running on this thread, dispatch would run it inline
+/// too, but only after wrapping it in the any_io_executor's type-erased function (a sixth of a
+/// small echo's instructions, and a scheduler operation per work completion): it is called
+/// directly instead.
+template <class Handler, class IoExecutor, class... Args>
+void invoke_handler(Handler&& handler, const IoExecutor& io_executor, Args&&... args) {
+  if constexpr (has_own_executor<std::decay_t<Handler>>) {
+    const auto ex = boost::asio::get_associated_executor(handler);
+    if (running_here(ex)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
+    boost::asio::dispatch(ex,
+                          boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+  } else {
+    if (running_here(io_executor)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
+    boost::asio::dispatch(io_executor,
+                          boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+  }
 }
 
 /// Posts `handler` to `executor`, straight to the io_context's executor where the
@@ -106,27 +108,16 @@ struct posted_call {
 template <class Handler, class Memory, class... Results>
 struct posted_result {
   using allocator_type = boost::asio::associated_allocator_t<Handler, Memory>;
-  /// A handler with an executor of its own never needs `io_executor`, which is not kept then:
-  /// moving an any_io_executor around is most of the cost of a small posted object.
-  using io_executor_type =
-      std::conditional_t<has_own_executor<Handler>, no_associated_executor, boost::asio::any_io_executor>;
 
   Handler handler;
-  [[no_unique_address]] io_executor_type io_executor;
+  [[no_unique_address]] io_executor_for<Handler> io_executor;
   allocator_type allocator;
   std::tuple<Results...> results;
 
   allocator_type get_allocator() const noexcept { return allocator; }
   void operator()() {
-    std::apply(
-        [this](Results&... r) {
-          if constexpr (has_own_executor<Handler>) {
-            invoke_on_own_executor(std::move(handler), std::move(r)...);
-          } else {
-            invoke_handler(std::move(handler), io_executor, std::move(r)...);
-          }
-        },
-        results);
+    std::apply([this](Results&... r) { invoke_handler(std::move(handler), io_executor, std::move(r)...); },
+               results);
   }
 };
 
@@ -134,14 +125,13 @@ struct posted_result {
 template <class Handler, class Memory, class... Results>
 void post_result(const boost::asio::any_io_executor& executor, Handler&& handler, const Memory& memory,
                  Results... results) {
-  using posted = posted_result<std::decay_t<Handler>, Memory, Results...>;
+  using handler_type = std::decay_t<Handler>;
+  using posted = posted_result<handler_type, Memory, Results...>;
   auto allocator = boost::asio::get_associated_allocator(handler, memory);
-  if constexpr (has_own_executor<std::decay_t<Handler>>) {
-    post_unerased(executor, posted{std::forward<Handler>(handler), {}, allocator, {std::move(results)...}});
-  } else {
-    post_unerased(executor,
-                  posted{std::forward<Handler>(handler), executor, allocator, {std::move(results)...}});
-  }
+  post_unerased(executor, posted{std::forward<Handler>(handler),
+                                 keep_io_executor<handler_type>(executor),
+                                 allocator,
+                                 {std::move(results)...}});
 }
 
 }  // namespace coverbs::detail
