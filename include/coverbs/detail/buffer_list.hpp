@@ -38,10 +38,18 @@ class buffer_list {
   /// The first `limit` bytes (fewer if the list holds fewer) as buffers in `out` (room for
   /// `capacity`), consuming nothing; returns how many buffers that took.
   std::size_t view_front(std::size_t limit, std::span<Buffer> out) const noexcept {
+    return visit_front(limit, [&](std::size_t i, Buffer b) { out[i] = b; });
+  }
+
+  /// Calls `see(index, piece)` for each buffer of the first `limit` bytes, as view_front
+  /// would store them; returns how many it saw.
+  template <class See>
+  std::size_t visit_front(std::size_t limit, See see) const noexcept {
     std::size_t used = 0;
     for (std::size_t i = first_; i < count_ && limit > 0; ++i) {
-      out[used++] = Buffer(buffers_[i].data(), std::min(limit, buffers_[i].size()));
-      limit -= out[used - 1].size();
+      const Buffer piece(buffers_[i].data(), std::min(limit, buffers_[i].size()));
+      see(used++, piece);
+      limit -= piece.size();
     }
     return used;
   }
