@@ -122,7 +122,11 @@ void tcp_stream::read_frames() {
       if (!take_write()) return;
       continue;
     }
-    if (inbox_end_ - inbox_begin_ < wire::header_size) return fill_inbox();
+    if (inbox_end_ - inbox_begin_ < wire::header_size) {
+      if (!large_payload_in_hand()) return fill_inbox();
+      if (!read_after_large_frame()) return;
+      continue;
+    }
     if (!decode_inbox_header()) return protocol_error();
     inbox_begin_ += wire::header_size;
     if (header_.type == frame_type::data) {
@@ -165,24 +169,98 @@ void tcp_stream::fill_inbox() {
   inbox_begin_ = 0;
   inbox_end_ = have;
   reading_ = true;
-  // After a large data or message frame another likely follows: only its header is read here,
-  // so that a reader or receive waiting when it comes (or, for data, within take_data's turn)
-  // takes the whole payload straight into its buffers, not the first 16 KiB of it through the
-  // inbox.
-  const std::size_t size = large_payload_in_hand() ? wire::header_size : inbox.size();
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
-      boost::asio::buffer(inbox.data(), size) + have,
+      boost::asio::buffer(inbox) + have,
       boost::asio::bind_allocator(
           allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
 }
 
 void tcp_stream::on_inbox(error_code ec, std::size_t n) {
   reading_ = false;
+  socket_reads_ += n > 0;
   inbox_end_ += n;
   if (closed_ || broken_) return;
   if (ec) return connection_lost(ec == error::eof && inbox_end_ > inbox_begin_ ? truncated : ec);
   read_frames();
+}
+
+// After a large data frame or message another likely follows. Its header and payload are read
+// by one system call, the payload straight into the read or receive waiting for it, as a read
+// on an Asio socket reads into the caller's buffer; where none waits, only the header is read,
+// so that the payload can still go straight in later. The read is non-blocking and made only
+// once the socket is readable (wait_readable), so no pending system call holds the caller's
+// memory and a cancel still ends the operation at once. The frame that comes decides what may
+// stay in the caller's buffers: the payload of the kind awaited, with room for a message;
+// anything else goes back to the inbox. False while waiting for the socket, or with the
+// connection lost.
+bool tcp_stream::read_after_large_frame() {
+  const std::span<std::byte> inbox = writable_inbox();
+  const std::size_t have = inbox_end_ - inbox_begin_;
+  if (have > 0) std::memmove(inbox.data(), inbox.data() + inbox_begin_, have);
+  inbox_begin_ = 0;
+  inbox_end_ = have;
+  const bool message = header_.type == frame_type::message;
+  mutable_buffer_list* read = message ? nullptr : waiting_read();
+  const mutable_buffer_list* target = message ? waiting_receive() : read;
+  const std::size_t expected =
+      target != nullptr ? std::min<std::size_t>(header_.payload_length, target->bytes()) : 0;
+  std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity + 1> into;
+  into[0] = boost::asio::buffer(inbox.data() + have, wire::header_size - have);
+  const std::size_t pieces =
+      1 + (expected > 0 ? target->view_front(expected, std::span(into).subspan(1)) : 0);
+  error_code ec;
+  const std::size_t got = socket_.read_some(std::span(into.data(), pieces), ec);
+  ++reads_this_turn_;
+  socket_reads_ += got > 0;
+  if (got == 0) {
+    if (ec == error::would_block) {
+      wait_readable();
+    } else {
+      connection_lost(ec == error::eof && have > 0 ? truncated : ec ? ec : error::eof);
+    }
+    return false;
+  }
+  const std::size_t header_part = std::min(got, wire::header_size - have);
+  inbox_end_ += header_part;
+  const std::size_t landed = got - header_part;  // in the target's buffers, after a whole header
+  if (landed == 0) return true;                  // read_frames decodes what came
+  if (!decode_inbox_header()) {
+    protocol_error();
+    return false;
+  }
+  const std::size_t length = header_.payload_length;
+  const bool stays = message ? header_.type == frame_type::message && target->bytes() >= length
+                             : header_.type == frame_type::data;
+  const std::size_t kept = stays ? std::min(landed, length) : 0;
+  return_to_inbox(*target, kept, landed - kept);
+  if (kept == 0) return true;  // read_frames goes on from the inbox, header and all
+  inbox_begin_ += wire::header_size;
+  if (message) return receive_message_directly(*target, kept);
+  data_left_ = length;
+  return read_data_directly(*read, kept);
+}
+
+// Bytes [from, from + count) of `buffers`, which came after a frame's payload or instead of it,
+// are appended to the inbox, grown where needed (nothing points into it: writable_inbox saw to
+// that).
+void tcp_stream::return_to_inbox(const mutable_buffer_list& buffers, std::size_t from, std::size_t count) {
+  if (count == 0) return;
+  if (inbox().size() < inbox_end_ + count) slots_[inbox_slot_].resize(inbox_end_ + count);
+  std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity> pieces;
+  const std::size_t n = buffers.view_front(from + count, pieces);
+  std::byte* out = inbox().data() + inbox_end_;
+  for (std::size_t i = 0, skip = from; i < n; ++i) {
+    const std::size_t size = pieces[i].size();
+    if (skip >= size) {
+      skip -= size;
+      continue;
+    }
+    std::memcpy(out, static_cast<const std::byte*>(pieces[i].data()) + skip, size - skip);
+    out += size - skip;
+    skip = 0;
+  }
+  inbox_end_ += count;
 }
 
 // A data frame or message large enough to have come from the sender's own buffers, after
@@ -267,10 +345,13 @@ bool tcp_stream::take_data() {
 // the reader has room, the data frames that follow in the inbox go on filling it, so that a
 // stream of small writes costs the reader one completion per inbox, not one per write, as on
 // an Asio socket, where one read takes whatever has arrived.
-bool tcp_stream::read_data_directly(mutable_buffer_list& reader) {
-  std::size_t n = 0;
-  std::size_t uncopied = 0;
-  bool socket_read = false;
+bool tcp_stream::read_data_directly(mutable_buffer_list& reader, std::size_t pre_read) {
+  // `pre_read` bytes of the payload are in the reader's buffers already, by this turn's read.
+  reader.consume(pre_read);
+  data_left_ -= pre_read;
+  std::size_t n = pre_read;
+  std::size_t uncopied = pre_read;
+  bool socket_read = pre_read > 0;
   error_code ec;
   for (;;) {
     const std::size_t copied =
@@ -326,12 +407,14 @@ const mutable_buffer_list* tcp_stream::receiver_for_message() const noexcept {
 // copied into a slot and the rest follows there, as without this path (the receive may be
 // cancelled meanwhile, and the message must then stay whole for the next one). False while
 // the rest is on its way, or with the connection lost.
-bool tcp_stream::receive_message_directly(const mutable_buffer_list& receiver) {
+bool tcp_stream::receive_message_directly(const mutable_buffer_list& receiver, std::size_t pre_read) {
   const std::size_t size = header_.payload_length;
   mutable_buffer_list into = receiver;  // the receive keeps its buffers until it completes
-  const std::size_t ready =
-      into.put(inbox().data() + inbox_begin_, std::min(size, inbox_end_ - inbox_begin_));
-  inbox_begin_ += ready;
+  into.consume(pre_read);               // read there already, by this turn's read
+  const std::size_t copied =
+      into.put(inbox().data() + inbox_begin_, std::min(size - pre_read, inbox_end_ - inbox_begin_));
+  inbox_begin_ += copied;
+  const std::size_t ready = pre_read + copied;
   std::size_t uncopied = 0;
   error_code ec;
   if (ready < size) {  // so the inbox is empty
@@ -340,7 +423,7 @@ bool tcp_stream::receive_message_directly(const mutable_buffer_list& receiver) {
     uncopied = read_past_inbox(pieces, count, size - ready, wire::header_size, ec);
   }
   if (ready + uncopied == size) {
-    complete_waiting_receive(size, uncopied);
+    complete_waiting_receive(size, pre_read + uncopied);
     return true;
   }
   if (ec && ec != error::would_block) {
@@ -379,6 +462,7 @@ std::size_t tcp_stream::read_past_inbox(std::span<boost::asio::mutable_buffer> i
   if (next > 0) into[pieces++] = boost::asio::buffer(inbox.data(), std::min(next, inbox.size()));
   const std::size_t got = socket_.read_some(into.first(pieces), ec);
   ++reads_this_turn_;
+  socket_reads_ += got > 0;
   const std::size_t taken = std::min(got, wanted);
   inbox_end_ = got - taken;
   return taken;
@@ -481,6 +565,7 @@ void tcp_stream::read_payload() {
 }
 
 void tcp_stream::on_payload_part(error_code ec, std::size_t n) {
+  socket_reads_ += n > 0;
   const std::size_t in_payload = std::min(n, payload_.size());
   payload_ = payload_.subspan(in_payload);
   inbox_end_ = n - in_payload;

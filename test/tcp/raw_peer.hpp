@@ -28,6 +28,7 @@ struct raw_peer {
   asio::io_context io;
   coverbs::socket a{io};
   asio::ip::tcp::socket raw{io};
+  std::shared_ptr<detail::tcp_stream> stream;  ///< a's transport
 
   explicit raw_peer(bool say_hello = true, std::uint32_t limit = wire::max_payload_size) {
     namespace ip = asio::ip;
@@ -35,7 +36,7 @@ struct raw_peer {
     ip::tcp::socket client(io);
     client.connect(acceptor.local_endpoint());
     acceptor.accept(raw);
-    auto stream = std::make_shared<detail::tcp_stream>(std::move(client), 64 * 1024);
+    stream = std::make_shared<detail::tcp_stream>(std::move(client), 64 * 1024);
     stream->start();
     a.attach(stream, transport::tcp, {}, {});
     const frame hello = receive();

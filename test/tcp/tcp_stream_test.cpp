@@ -141,4 +141,122 @@ BOOST_AUTO_TEST_CASE(large_messages_reach_a_waiting_receive_uncopied) {
   BOOST_TEST(large_frame_to_a_waiting_operation(p, coverbs::wire::frame_type::message, 'c') == 64 * 1024u);
 }
 
+// After a large frame the next one's header and payload come by one read system call, the
+// payload straight into the waiting read or receive, as one read on an Asio socket takes both
+// (before, the header had a read of its own).
+BOOST_AUTO_TEST_CASE(a_large_frame_after_another_takes_one_read) {
+  for (const auto type : {coverbs::wire::frame_type::message, coverbs::wire::frame_type::data}) {
+    test::raw_peer p;
+    // Else the frame's last bytes wait for an acknowledgement (Nagle), and a second read with them.
+    p.raw.set_option(boost::asio::ip::tcp::no_delay(true));
+    large_frame_to_a_waiting_operation(p, type, 'a');
+    const std::uint64_t reads = p.stream->socket_reads();
+    BOOST_TEST(large_frame_to_a_waiting_operation(p, type, 'b') == 64 * 1024u);
+    BOOST_TEST(p.stream->socket_reads() - reads == 1u);
+  }
+}
+
+namespace {
+
+std::vector<std::byte> frame_of(coverbs::wire::frame_type type, char c, std::size_t size) {
+  const std::vector<std::byte> payload(size, static_cast<std::byte>(c));
+  const bool message = type == coverbs::wire::frame_type::message;
+  return test::raw_peer::encode({.type = type, .length = message ? static_cast<std::uint32_t>(size) : 0},
+                                payload);
+}
+
+std::vector<std::byte> joined(std::initializer_list<std::vector<std::byte>> frames) {
+  std::vector<std::byte> all;
+  for (const auto& f : frames) all.insert(all.end(), f.begin(), f.end());
+  return all;
+}
+
+// What one read or receive of `room` bytes gets: its error and its bytes.
+std::pair<error_code, std::string> take(test::raw_peer& p, bool message, std::size_t room) {
+  std::string buf(room, '\0');
+  test::outcome done;
+  if (message) {
+    p.a.async_receive(boost::asio::buffer(buf), test::record(done));
+  } else {
+    p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
+  }
+  test::run_until_done(p.io, [&] { return done.done; });
+  buf.resize(done.value);
+  return {done.ec, buf};
+}
+
+}  // namespace
+
+// The read after a large frame fills the waiting operation's buffers before the header says
+// what came; what may not stay there (bytes of the frames after a smaller payload, a frame of
+// another kind, a message too long for the receive) goes back to the inbox and reaches its own
+// operation whole and in order.
+BOOST_AUTO_TEST_CASE(what_follows_a_large_frame_reaches_its_own_operation) {
+  using coverbs::wire::frame_type;
+  test::raw_peer p;
+  constexpr std::size_t room = 64 * 1024;
+  const auto waiting = [&](bool message, const std::vector<std::byte>& bytes) {
+    std::string buf(room, '\0');
+    test::outcome done;
+    if (message) {
+      p.a.async_receive(boost::asio::buffer(buf), test::record(done));
+    } else {
+      p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
+    }
+    p.send_bytes(bytes);  // one system call, after the operation waits
+    test::run_until_done(p.io, [&] { return done.done; });
+    buf.resize(done.value);
+    return std::pair{done.ec, buf};
+  };
+
+  // A smaller message, then stream bytes.
+  large_frame_to_a_waiting_operation(p, frame_type::message, 'a');
+  auto [ec, got] =
+      waiting(true, joined({frame_of(frame_type::message, 'm', 100), frame_of(frame_type::data, 'd', 300)}));
+  BOOST_TEST(!ec);
+  BOOST_TEST(got == std::string(100, 'm'));
+  BOOST_TEST(take(p, false, room).second == std::string(300, 'd'));
+
+  // A message longer than the receive: it stays queued, whole, for a larger one.
+  large_frame_to_a_waiting_operation(p, frame_type::message, 'b');
+  std::tie(ec, got) = waiting(true, frame_of(frame_type::message, 'x', 100 * 1024));
+  BOOST_TEST((ec == boost::asio::error::message_size), ec.message());
+  std::tie(ec, got) = take(p, true, 128 * 1024);
+  BOOST_TEST(!ec);
+  BOOST_TEST(got == std::string(100 * 1024, 'x'));
+
+  // A message while a read waits, then stream bytes.
+  large_frame_to_a_waiting_operation(p, frame_type::data, 'c');
+  std::tie(ec, got) =
+      waiting(false, joined({frame_of(frame_type::message, 'n', 50), frame_of(frame_type::data, 'e', 200)}));
+  BOOST_TEST(!ec);
+  BOOST_TEST(got == std::string(200, 'e'));
+  BOOST_TEST(take(p, true, room).second == std::string(50, 'n'));
+
+  // A large message and a large data frame that come in two parts.
+  for (const auto type : {frame_type::message, frame_type::data}) {
+    const bool message = type == frame_type::message;
+    large_frame_to_a_waiting_operation(p, type, 'f');
+    const std::vector<std::byte> whole = frame_of(type, 'g', room);
+    const std::size_t first = coverbs::wire::header_size + 20 * 1024;
+    std::string buf(room, '\0');
+    test::outcome done;
+    if (message) {
+      p.a.async_receive(boost::asio::buffer(buf), test::record(done));
+    } else {
+      p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
+    }
+    p.send_bytes(std::span(whole).first(first));
+    p.io.restart();
+    p.io.run_for(std::chrono::milliseconds(50));
+    BOOST_TEST(done.done == !message);  // a read takes what came; a message must be whole
+    p.send_bytes(std::span(whole).subspan(first));
+    test::run_until_done(p.io, [&] { return done.done; });
+    BOOST_TEST(!done.ec);
+    std::string all = buf.substr(0, done.value);
+    if (!message) all += take(p, false, room).second;
+    BOOST_TEST(all == std::string(room, 'g'));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -45,6 +45,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
                        remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
   void destroy_handlers() noexcept override;
+  /// Read system calls that brought bytes, for tests and diagnostics.
+  std::uint64_t socket_reads() const noexcept { return socket_reads_; }
 
  private:
   // A user's one-sided operation, from its start until its last response.
@@ -74,6 +76,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void resume_reading();
   void read_frames_later();
   void fill_inbox();
+  bool read_after_large_frame();
+  void return_to_inbox(const mutable_buffer_list& buffers, std::size_t from, std::size_t count);
   void on_inbox(error_code ec, std::size_t n);
   bool large_payload_in_hand() const noexcept;
   bool decode_inbox_header();
@@ -81,10 +85,10 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   error_code check_response() const;
   bool take_payload();
   bool take_data();
-  bool read_data_directly(mutable_buffer_list& reader);
+  bool read_data_directly(mutable_buffer_list& reader, std::size_t pre_read = 0);
   bool next_data_frame();
   const mutable_buffer_list* receiver_for_message() const noexcept;
-  bool receive_message_directly(const mutable_buffer_list& receiver);
+  bool receive_message_directly(const mutable_buffer_list& receiver, std::size_t pre_read = 0);
   void wait_readable();
   std::size_t read_past_inbox(std::span<boost::asio::mutable_buffer> into, std::size_t pieces,
                               std::size_t wanted, std::size_t next, error_code& ec);
@@ -179,6 +183,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t held_bytes_ = 0;
   bool read_paused_ = false, reading_ = false;
   unsigned reads_this_turn_ = 0;  ///< read_past_inbox calls since read_frames last yielded
+  std::uint64_t socket_reads_ = 0;
   bool closed_ = false;        ///< close() was called
   bool broken_ = false;        ///< the connection failed (or was closed): nothing new starts
   bool stream_ended_ = false;  ///< this side sent close(ok)
