@@ -1,12 +1,18 @@
-// Command-line helpers shared by echo_server and echo_client, so both report bad input the
-// same way: a message naming the program, a pointer to --help, exit status 2.
+// Helpers shared by the example programs: command lines that report bad input the same way
+// (a message naming the program, a pointer to --help, exit status 2), and servers' accept loops.
 #pragma once
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 #include <charconv>
+#include <chrono>
+#include <coverbs/acceptor.hpp>
 #include <coverbs/socket.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +20,8 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
+#include <utility>
 
 namespace cli {
 
@@ -85,9 +93,6 @@ class arguments {
   int i_ = 0;
 };
 
-/// A server program's main after parsing: constructs `Server(io, opt)` (a failure there is
-/// "cannot listen on ..."), calls `start()`, runs the context until it stops, and returns the
-/// exit status: 1 if construction or the run failed, or if `failed()` says so.
 /// The options every server takes: --listen ADDR, --port N and, where `Options` has a
 /// `connections` limit, --connections N. True if `arg` was one of them (its value is taken).
 template <class Options>
@@ -111,6 +116,9 @@ bool server_option(arguments& args, std::string_view arg, Options& o) {
   return true;
 }
 
+/// A server program's main after parsing: constructs `Server(io, opt)` (a failure there is
+/// "cannot listen on ..."), calls `start()`, runs the context until it stops, and returns the
+/// exit status: 1 if construction or the run failed, or if `failed()` says so.
 template <class Server, class Options>
 int run_server(std::string_view program, const Options& opt) {
   try {
@@ -129,6 +137,36 @@ int run_server(std::string_view program, const Options& opt) {
   } catch (const std::exception& e) {
     std::cerr << program << ": " << describe(e) << "\n";
     return 1;
+  }
+}
+
+/// Whether an accept failed for want of descriptors or memory, in the process or the system:
+/// the connection waits in the listen backlog, and accepting again later may succeed.
+inline bool out_of_resources(const boost::system::error_code& ec) {
+  namespace error = boost::asio::error;
+  return ec == error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == error::no_buffer_space || ec == error::no_memory;
+}
+
+/// A server's next connection. Clients that gave up before being accepted are passed over.
+/// Out of descriptors or memory, the server says so once (`say(parts...)`) and tries again
+/// every 100 ms: exiting there would drop every connection it serves, and each one that ends
+/// makes room for the next. Any other error is returned, operation_aborted once the acceptor
+/// is closed.
+template <class Say>
+boost::asio::awaitable<std::tuple<boost::system::error_code, coverbs::socket>> accept_next(
+    coverbs::acceptor& acceptor, Say say) {
+  namespace asio = boost::asio;
+  bool short_of_resources = false;
+  for (;;) {
+    auto [ec, s] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::connection_aborted) continue;
+    if (!out_of_resources(ec)) co_return std::tuple{ec, std::move(s)};
+    if (!std::exchange(short_of_resources, true)) {
+      say("accept failed: ", ec.message(), "; new connections wait until some end");
+    }
+    asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(100));
+    co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 }
 

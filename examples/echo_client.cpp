@@ -153,9 +153,22 @@ class run {
       fill(message, i, trip);
       const auto t0 = clock_type::now();
       // Write and read at once: a message larger than the buffers in flight would otherwise
-      // stall, with the server unable to send back what this side is not yet reading.
-      co_await (asio::async_write(s, asio::buffer(message), asio::use_awaitable) &&
-                asio::async_read(s, asio::buffer(reply), asio::use_awaitable));
+      // stall, with the server unable to send back what this side is not yet reading. When one
+      // fails the other is cancelled; both then report the first failure, the one that says why
+      // (the cancelled one would say "Operation canceled").
+      boost::system::error_code cause;
+      const auto check = [&cause](boost::system::error_code ec) {
+        if (!ec) return;
+        if (!cause) cause = ec;
+        throw boost::system::system_error(cause);
+      };
+      co_await ([&]() -> asio::awaitable<void> {
+        check(std::get<0>(
+            co_await asio::async_write(s, asio::buffer(message), asio::as_tuple(asio::use_awaitable))));
+      }() && [&]() -> asio::awaitable<void> {
+        check(std::get<0>(
+            co_await asio::async_read(s, asio::buffer(reply), asio::as_tuple(asio::use_awaitable))));
+      }());
       latency.push_back(std::chrono::duration<float, std::micro>(clock_type::now() - t0).count());
       ++round_trips_;
       if (message != reply) {

@@ -128,9 +128,8 @@ class server {
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
-      auto [ec, s] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+      auto [ec, s] = co_await cli::accept_next(acceptor_, [](const auto&... parts) { say(parts...); });
       if (ec == asio::error::operation_aborted) co_return;  // stop() closed the acceptor
-      if (ec == asio::error::connection_aborted) continue;  // the client gave up first
       if (ec) {
         say("accept failed: ", ec.message());
         failed_ = true;
