@@ -73,19 +73,19 @@ options parse(int argc, char** argv) {
         }
       }
     } else if (arg == "--sizes") {
-      o.sizes = args.sizes_value(1, 64 << 20);
+      o.sizes = args.list_value(1, 64 << 20);
     } else if (arg == "--iterations") {
       o.iterations = args.number_value(1, 100'000'000);
     } else if (arg == "--warmup") {
       o.warmup = args.number_value(0, 100'000'000);
     } else if (arg == "--stream-sizes") {
-      o.stream_sizes = args.sizes_value(1, 64 << 20);
+      o.stream_sizes = args.list_value(1, 64 << 20);
     } else if (arg == "--connections") {
       o.connections = args.number_value(1, 1024);
     } else if (arg == "--bytes") {
       o.bytes = args.number_value(1, std::size_t{1} << 40);
     } else if (arg == "--echo-connections") {
-      o.echo_connections = args.sizes_value(1, 1024);
+      o.echo_connections = args.list_value(1, 1024, "connection counts");
     } else if (arg == "--echo-size") {
       o.echo_size = args.number_value(1, 64 * 1024);
     } else if (arg == "--echo-count") {
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << program << ": " << e.what() << std::endl;
+    std::cerr << program << ": " << describe(e) << std::endl;
     return 1;
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/system/system_error.hpp>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -72,12 +73,12 @@ class arguments {
     if (!n) bad_value("a number from " + std::to_string(low) + " to " + std::to_string(high));
     return *n;
   }
-  std::vector<std::size_t> sizes_value(std::size_t low, std::size_t high) {
+  /// A comma-separated list of `what` (sizes, counts) within [low, high], K and M allowed.
+  std::vector<std::size_t> list_value(std::size_t low, std::size_t high, std::string_view what = "sizes") {
     std::vector<std::size_t> out;
     for (auto part : split(value())) {
       const auto n = number(part, low, high);
-      if (!n)
-        bad_value("sizes from " + std::to_string(low) + " to " + std::to_string(high) + " (K, M allowed)");
+      if (!n) bad_value(std::string(what) + " from " + std::to_string(low) + " to " + std::to_string(high));
       out.push_back(*n);
     }
     return out;
@@ -89,6 +90,16 @@ class arguments {
   char** argv_;
   int i_ = 0;
 };
+
+/// An exception's what(), without the code and source location Boost appends to a system
+/// error's ("bind: Cannot assign requested address [system:99 at .../file.hpp:161 in ...]").
+inline std::string describe(const std::exception& e) {
+  std::string what = e.what();
+  if (auto* b = dynamic_cast<const boost::system::system_error*>(&e)) {
+    what = what.substr(0, what.find(" [" + b->code().to_string()));
+  }
+  return what;
+}
 
 /// Identifies one measured case in the machine-readable output.
 struct case_id {

@@ -20,7 +20,8 @@ constexpr std::string_view usage_head =
     "'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,1,METRIC,VALUE' with p50_us, p99_us, p999_us, and\n"
     "for ping-pong allocs_per_rt: operator new calls per round trip, both sides together.\n";
 constexpr std::string_view usage_tail =
-    "  --sizes LIST    message sizes in bytes, K and M allowed (default 64,4K,64K)\n"
+    "  --sizes LIST    message sizes in bytes, K and M allowed (default 64,4K,64K); a send\n"
+    "                  must fit one stream buffer (--buffer-size)\n"
     "  --ops LIST      send: message ping-pong, half a round trip per sample, as ib_send_lat;\n"
     "                  read, write: one-sided READ/WRITE on the socket (over TCP, the peer's\n"
     "                  library answers them), post to completion per sample (default send)\n"
@@ -45,7 +46,7 @@ options parse(int argc, char** argv) {
       std::exit(0);
     } else if (o.net.parse(arg, args)) {
     } else if (arg == "--sizes") {
-      o.sizes = args.sizes_value(1, 64 * 1024);
+      o.sizes = args.list_value(1, 64 << 20);
     } else if (arg == "--ops") {
       o.ops = split(args.value());
       for (auto op : o.ops) {
@@ -62,6 +63,11 @@ options parse(int argc, char** argv) {
     } else {
       usage_error(program, "unknown option '" + std::string(arg) + "'");
     }
+  }
+  const std::size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  if (std::find(o.ops.begin(), o.ops.end(), "send") != o.ops.end() && largest > o.net.defaults.buffer_size) {
+    usage_error(program, "a send of " + std::to_string(largest) + " bytes does not fit a stream buffer of " +
+                             std::to_string(o.net.defaults.buffer_size) + " bytes (--buffer-size)");
   }
   return o;
 }
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << program << ": " << e.what() << std::endl;
+    std::cerr << program << ": " << describe(e) << std::endl;
     return 1;
   }
 }

@@ -49,7 +49,7 @@ class library_category_impl final : public std::error_category {
 
   std::string message(int value) const override {
     switch (static_cast<errc>(value)) {
-      case errc::no_device: return "no RDMA device serves this address";
+      case errc::no_device: return "RDMA device not found";
       case errc::bad_descriptor: return "malformed descriptor from peer";
       case errc::buffer_too_small: return "buffer too small for the operation";
       case errc::misaligned_atomic: return "atomic operation on an address not aligned to 8 bytes";

@@ -212,6 +212,13 @@ class client {
     co_return false;
   }
 
+  // Whether a file whose size says 0 bytes reads as empty too.
+  static bool empty_indeed(asio::random_access_file& file) {
+    std::byte probe;
+    boost::system::error_code ec;
+    return file.read_some_at(0, asio::buffer(&probe, 1), ec) == 0;
+  }
+
   asio::awaitable<bool> send(ft::channel& ch, ft::sender& out, const ft::send_item& it) {
     asio::random_access_file file(io_);
     boost::system::error_code ec;
@@ -221,6 +228,11 @@ class client {
       co_return false;
     }
     const std::uint64_t size = file.size();
+    if (size == 0 && !empty_indeed(file)) {
+      fail("cannot send " + it.path.string() + ": its size is not known in advance (like those of files in " +
+           "/proc, it reads as more than the 0 bytes its size says); copy it to a regular file first");
+      co_return false;
+    }
     ft::progress shown(std::string(program), it.name, size, isatty(STDOUT_FILENO));
     co_return co_await attempt(ch, "send " + it.path.string(), shown, [&]() -> asio::awaitable<void> {
       co_await ch.send(ft::msg::put(it.name, size));

@@ -40,7 +40,7 @@ enum class wc_errc {
 
 /// Failures detected by the library itself rather than reported by the device.
 enum class errc {
-  no_device = 1,          ///< no RDMA device serves the requested address or name
+  no_device = 1,          ///< no RDMA device has the requested name, or serves the address
   bad_descriptor,         ///< bytes from a peer do not form a valid descriptor or frame
   buffer_too_small,       ///< a local buffer is shorter than the operation needs
   misaligned_atomic,      ///< atomics need an 8-byte aligned address on both ends

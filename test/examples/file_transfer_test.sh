@@ -91,6 +91,8 @@ fi
 
 echo "== refusals"
 expect 1 "send a missing file" 'cannot send .*/nope.bin: No such file or directory$' "${to_server[@]}" send "$work/nope.bin"
+expect 1 "send a file whose size says 0 but is not empty" \
+    'cannot send /proc/self/status: its size is not known in advance' "${to_server[@]}" send /proc/self/status
 expect 1 "send as ../escape" "cannot send .*: server: not a plain file name" \
     "${to_server[@]}" send "$work/several/a.txt" --as ../escape
 check "nothing written outside the served directory" '[ ! -e "$work/escape" ] && only_files "$work/srv" "${served[@]}"'
