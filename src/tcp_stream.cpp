@@ -162,12 +162,8 @@ void tcp_stream::read_frames_later() {
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow
 // a small frame usually come with it.
 void tcp_stream::fill_inbox() {
-  const std::span<std::byte> inbox = writable_inbox();
-  const std::size_t have = inbox_end_ - inbox_begin_;
-  // Kept bytes go to the front; the whole inbox is free after them.
-  if (have > 0) std::memmove(inbox.data(), inbox.data() + inbox_begin_, have);
-  inbox_begin_ = 0;
-  inbox_end_ = have;
+  const std::span<std::byte> inbox = inbox_for_reading();
+  const std::size_t have = inbox_end_;
   reading_ = true;
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
@@ -195,11 +191,8 @@ void tcp_stream::on_inbox(error_code ec, std::size_t n) {
 // anything else goes back to the inbox. False while waiting for the socket, or with the
 // connection lost.
 bool tcp_stream::read_after_large_frame() {
-  const std::span<std::byte> inbox = writable_inbox();
-  const std::size_t have = inbox_end_ - inbox_begin_;
-  if (have > 0) std::memmove(inbox.data(), inbox.data() + inbox_begin_, have);
-  inbox_begin_ = 0;
-  inbox_end_ = have;
+  const std::span<std::byte> inbox = inbox_for_reading();
+  const std::size_t have = inbox_end_;
   const bool message = header_.type == frame_type::message;
   mutable_buffer_list* read = message ? nullptr : waiting_read();
   const mutable_buffer_list* target = message ? waiting_receive() : read;
@@ -648,6 +641,16 @@ std::uint32_t tcp_stream::take_slot(std::size_t size) {
   }
   slots_[slot].resize(size);
   return slot;
+}
+
+std::span<std::byte> tcp_stream::inbox_for_reading() {
+  const std::span<std::byte> inbox = writable_inbox();
+  if (inbox_begin_ > 0 && inbox_end_ > inbox_begin_) {
+    std::memmove(inbox.data(), inbox.data() + inbox_begin_, inbox_end_ - inbox_begin_);
+  }
+  inbox_end_ -= inbox_begin_;
+  inbox_begin_ = 0;
+  return inbox;
 }
 
 std::span<std::byte> tcp_stream::writable_inbox() {

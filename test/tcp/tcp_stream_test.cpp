@@ -171,15 +171,23 @@ std::vector<std::byte> joined(std::initializer_list<std::vector<std::byte>> fram
   return all;
 }
 
-// What one read or receive of `room` bytes gets: its error and its bytes.
-std::pair<error_code, std::string> take(test::raw_peer& p, bool message, std::size_t room) {
-  std::string buf(room, '\0');
-  test::outcome done;
+// Starts a receive (`message`) or a read into `buf`, recorded in `done`.
+void start_taking(test::raw_peer& p, bool message, std::string& buf, test::outcome& done) {
   if (message) {
     p.a.async_receive(boost::asio::buffer(buf), test::record(done));
   } else {
     p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
   }
+}
+
+// What one read or receive of `room` bytes gets, with `bytes` sent once it waits: its error
+// and its bytes.
+std::pair<error_code, std::string> take(test::raw_peer& p, bool message, std::size_t room,
+                                        const std::vector<std::byte>& bytes = {}) {
+  std::string buf(room, '\0');
+  test::outcome done;
+  start_taking(p, message, buf, done);
+  if (!bytes.empty()) p.send_bytes(bytes);  // one system call
   test::run_until_done(p.io, [&] { return done.done; });
   buf.resize(done.value);
   return {done.ec, buf};
@@ -195,31 +203,18 @@ BOOST_AUTO_TEST_CASE(what_follows_a_large_frame_reaches_its_own_operation) {
   using coverbs::wire::frame_type;
   test::raw_peer p;
   constexpr std::size_t room = 64 * 1024;
-  const auto waiting = [&](bool message, const std::vector<std::byte>& bytes) {
-    std::string buf(room, '\0');
-    test::outcome done;
-    if (message) {
-      p.a.async_receive(boost::asio::buffer(buf), test::record(done));
-    } else {
-      p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
-    }
-    p.send_bytes(bytes);  // one system call, after the operation waits
-    test::run_until_done(p.io, [&] { return done.done; });
-    buf.resize(done.value);
-    return std::pair{done.ec, buf};
-  };
 
   // A smaller message, then stream bytes.
   large_frame_to_a_waiting_operation(p, frame_type::message, 'a');
-  auto [ec, got] =
-      waiting(true, joined({frame_of(frame_type::message, 'm', 100), frame_of(frame_type::data, 'd', 300)}));
+  auto [ec, got] = take(
+      p, true, room, joined({frame_of(frame_type::message, 'm', 100), frame_of(frame_type::data, 'd', 300)}));
   BOOST_TEST(!ec);
   BOOST_TEST(got == std::string(100, 'm'));
   BOOST_TEST(take(p, false, room).second == std::string(300, 'd'));
 
   // A message longer than the receive: it stays queued, whole, for a larger one.
   large_frame_to_a_waiting_operation(p, frame_type::message, 'b');
-  std::tie(ec, got) = waiting(true, frame_of(frame_type::message, 'x', 100 * 1024));
+  std::tie(ec, got) = take(p, true, room, frame_of(frame_type::message, 'x', 100 * 1024));
   BOOST_TEST((ec == boost::asio::error::message_size), ec.message());
   std::tie(ec, got) = take(p, true, 128 * 1024);
   BOOST_TEST(!ec);
@@ -227,8 +222,8 @@ BOOST_AUTO_TEST_CASE(what_follows_a_large_frame_reaches_its_own_operation) {
 
   // A message while a read waits, then stream bytes.
   large_frame_to_a_waiting_operation(p, frame_type::data, 'c');
-  std::tie(ec, got) =
-      waiting(false, joined({frame_of(frame_type::message, 'n', 50), frame_of(frame_type::data, 'e', 200)}));
+  std::tie(ec, got) = take(
+      p, false, room, joined({frame_of(frame_type::message, 'n', 50), frame_of(frame_type::data, 'e', 200)}));
   BOOST_TEST(!ec);
   BOOST_TEST(got == std::string(200, 'e'));
   BOOST_TEST(take(p, true, room).second == std::string(50, 'n'));
@@ -241,11 +236,7 @@ BOOST_AUTO_TEST_CASE(what_follows_a_large_frame_reaches_its_own_operation) {
     const std::size_t first = coverbs::wire::header_size + 20 * 1024;
     std::string buf(room, '\0');
     test::outcome done;
-    if (message) {
-      p.a.async_receive(boost::asio::buffer(buf), test::record(done));
-    } else {
-      p.a.async_read_some(boost::asio::buffer(buf), test::record(done));
-    }
+    start_taking(p, message, buf, done);
     p.send_bytes(std::span(whole).first(first));
     p.io.restart();
     p.io.run_for(std::chrono::milliseconds(50));
