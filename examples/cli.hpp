@@ -149,10 +149,10 @@ inline bool out_of_resources(const boost::system::error_code& ec) {
 }
 
 /// A server's next connection. Clients that gave up before being accepted are passed over.
-/// Out of descriptors or memory, the server says so once (`say(parts...)`) and tries again
-/// every 100 ms: exiting there would drop every connection it serves, and each one that ends
-/// makes room for the next. Any other error is returned, operation_aborted once the acceptor
-/// is closed.
+/// Out of descriptors or memory, the server says so (`say(parts...)`, once per call) and tries
+/// again every 100 ms: exiting there would drop every connection it serves, and each one that
+/// ends makes room for the next. Any other error is returned, operation_aborted once the
+/// acceptor is closed (also during a pause).
 template <class Say>
 boost::asio::awaitable<std::tuple<boost::system::error_code, coverbs::socket>> accept_next(
     coverbs::acceptor& acceptor, Say say) {
@@ -167,6 +167,9 @@ boost::asio::awaitable<std::tuple<boost::system::error_code, coverbs::socket>> a
     }
     asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(100));
     co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    // Stopped meanwhile: a closed acceptor would answer bad_descriptor, not a stop.
+    if (!acceptor.is_open())
+      co_return std::tuple{boost::system::error_code(asio::error::operation_aborted), std::move(s)};
   }
 }
 

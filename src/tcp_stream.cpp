@@ -162,7 +162,7 @@ void tcp_stream::read_frames_later() {
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow
 // a small frame usually come with it.
 void tcp_stream::fill_inbox() {
-  const std::span<std::byte> inbox = inbox_for_reading();
+  const std::span<std::byte> inbox = writable_inbox();
   const std::size_t have = inbox_end_;
   reading_ = true;
   // One read_some: read_frames comes back here while the header is not complete.
@@ -191,7 +191,7 @@ void tcp_stream::on_inbox(error_code ec, std::size_t n) {
 // anything else goes back to the inbox. False while waiting for the socket, or with the
 // connection lost.
 bool tcp_stream::read_after_large_frame() {
-  const std::span<std::byte> inbox = inbox_for_reading();
+  const std::span<std::byte> inbox = writable_inbox();
   const std::size_t have = inbox_end_;
   const bool message = header_.type == frame_type::message;
   mutable_buffer_list* read = message ? nullptr : waiting_read();
@@ -643,22 +643,18 @@ std::uint32_t tcp_stream::take_slot(std::size_t size) {
   return slot;
 }
 
-std::span<std::byte> tcp_stream::inbox_for_reading() {
-  const std::span<std::byte> inbox = writable_inbox();
-  if (inbox_begin_ > 0 && inbox_end_ > inbox_begin_) {
-    std::memmove(inbox.data(), inbox.data() + inbox_begin_, inbox_end_ - inbox_begin_);
-  }
-  inbox_end_ -= inbox_begin_;
-  inbox_begin_ = 0;
-  return inbox;
-}
-
 std::span<std::byte> tcp_stream::writable_inbox() {
+  const std::size_t kept = inbox_end_ - inbox_begin_;
   if (slot_users_[inbox_slot_] > 0) {
-    const std::uint32_t next = take_slot(inbox_size);
-    std::memcpy(slots_[next].data() + inbox_begin_, inbox().data() + inbox_begin_, inbox_end_ - inbox_begin_);
+    // Sized for what it keeps too: return_to_inbox may have grown this one past inbox_size.
+    const std::uint32_t next = take_slot(std::max(inbox_size, kept));
+    if (kept > 0) std::memcpy(slots_[next].data(), inbox().data() + inbox_begin_, kept);
     inbox_slot_ = next;  // the old one goes back to the free slots with its last segment
+  } else if (inbox_begin_ > 0 && kept > 0) {
+    std::memmove(inbox().data(), inbox().data() + inbox_begin_, kept);
   }
+  inbox_begin_ = 0;
+  inbox_end_ = kept;
   return inbox();
 }
 

@@ -250,4 +250,43 @@ BOOST_AUTO_TEST_CASE(what_follows_a_large_frame_reaches_its_own_operation) {
   }
 }
 
+// Bytes that went back to the inbox can grow it past its usual size, and a frame among them
+// can then be handed out from it as a segment, with the start of the next header kept behind
+// it: the next read must move that header into a fresh inbox large enough, at its front (a
+// helper review found it copied at its old offset into a 16 KiB slot; ASan saw the overflow).
+BOOST_AUTO_TEST_CASE(a_grown_inbox_held_by_a_segment_moves_its_rest) {
+  using coverbs::wire::frame_type;
+  using coverbs::wire::header_size;
+  constexpr std::size_t room = 32 * 1024;
+  for (const bool data : {false, true}) {
+    test::raw_peer p;
+    BOOST_TEST_REQUIRE(take(p, true, room, frame_of(frame_type::message, 'a', room)).second ==
+                       std::string(room, 'a'));
+    // The read after it fills the waiting receive; the frame that comes is a small message
+    // (its rest goes back) or stream bytes (all of them go back); 30 bytes of the last header
+    // lie past the receive's room.
+    const std::size_t middle = data ? room - 30 : room - 30 - 1000 - header_size;
+    std::vector<std::byte> bytes =
+        data ? joined({frame_of(frame_type::data, 'd', middle), frame_of(frame_type::message, 'm', 100)})
+             : joined({frame_of(frame_type::message, 'b', 1000), frame_of(frame_type::message, 'c', middle),
+                       frame_of(frame_type::message, 'm', 100)});
+    auto [ec, got] = take(p, true, room, bytes);
+    BOOST_TEST(!ec, ec.message());
+    if (data) {
+      BOOST_TEST(got == std::string(100, 'm'));
+      std::string all;
+      while (all.size() < middle && !ec) {
+        auto [e, part] = take(p, false, room);
+        ec = e;
+        all += part;
+      }
+      BOOST_TEST(all == std::string(middle, 'd'));
+    } else {
+      BOOST_TEST(got == std::string(1000, 'b'));
+      BOOST_TEST(take(p, true, room).second == std::string(middle, 'c'));
+      BOOST_TEST(take(p, true, room).second == std::string(100, 'm'));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

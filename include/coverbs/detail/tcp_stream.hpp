@@ -155,10 +155,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void connection_lost(error_code ec);
   /// A free slot (or a new one) holding `size` bytes.
   std::uint32_t take_slot(std::size_t size);
-  /// The slot reads land in; a fresh one (keeping the unread bytes) if segments hold this one.
+  /// The slot reads land in, with the bytes it keeps moved to its front and the rest free: a
+  /// fresh one if segments hold this one.
   std::span<std::byte> writable_inbox();
-  /// The writable inbox with the bytes it keeps moved to its front, the rest free for a read.
-  std::span<std::byte> inbox_for_reading();
   std::span<std::byte> inbox() noexcept { return slots_[inbox_slot_]; }
 
   boost::asio::ip::tcp::socket socket_;
