@@ -240,20 +240,7 @@ bool tcp_stream::read_after_large_frame() {
 void tcp_stream::return_to_inbox(const mutable_buffer_list& buffers, std::size_t from, std::size_t count) {
   if (count == 0) return;
   if (inbox().size() < inbox_end_ + count) slots_[inbox_slot_].resize(inbox_end_ + count);
-  std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity> pieces;
-  const std::size_t n = buffers.view_front(from + count, pieces);
-  std::byte* out = inbox().data() + inbox_end_;
-  for (std::size_t i = 0, skip = from; i < n; ++i) {
-    const std::size_t size = pieces[i].size();
-    if (skip >= size) {
-      skip -= size;
-      continue;
-    }
-    std::memcpy(out, static_cast<const std::byte*>(pieces[i].data()) + skip, size - skip);
-    out += size - skip;
-    skip = 0;
-  }
-  inbox_end_ += count;
+  inbox_end_ += buffers.copy(from, count, inbox().data() + inbox_end_);
 }
 
 // A data frame or message large enough to have come from the sender's own buffers, after
@@ -424,12 +411,7 @@ bool tcp_stream::receive_message_directly(const mutable_buffer_list& receiver, s
     return false;
   }
   const std::uint32_t slot = take_slot(size);
-  std::array<boost::asio::mutable_buffer, mutable_buffer_list::capacity> came;
-  std::byte* at = slots_[slot].data();
-  for (std::size_t i = 0, n = receiver.view_front(ready + uncopied, came); i < n; ++i) {
-    std::memcpy(at, came[i].data(), came[i].size());
-    at += came[i].size();
-  }
+  receiver.copy(0, ready + uncopied, slots_[slot].data());  // what came, into the slot
   payload_segment_ = {slots_[slot].data(), size, slot};
   return fill_payload(std::span(slots_[slot]).subspan(ready + uncopied));  // the inbox is empty: false
 }

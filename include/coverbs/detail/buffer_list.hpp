@@ -55,11 +55,17 @@ class buffer_list {
   }
 
   /// Copies up to `n` bytes from the front into `out`, consuming them; returns the count.
-  std::size_t take(std::byte* out, std::size_t n) noexcept
-    requires std::is_same_v<Buffer, boost::asio::const_buffer>
-  {
+  std::size_t take(std::byte* out, std::size_t n) noexcept {
     return consume_front(
         n, [&](const Buffer& b, std::size_t done, std::size_t k) { std::memcpy(out + done, b.data(), k); });
+  }
+
+  /// Copies up to `n` bytes, from `from` bytes into the list on, into `out`, consuming
+  /// nothing; returns the count.
+  std::size_t copy(std::size_t from, std::size_t n, std::byte* out) const noexcept {
+    buffer_list rest = *this;
+    rest.consume(from);
+    return rest.take(out, n);
   }
 
   /// Drops up to `n` bytes from the front (they were used where they are).
