@@ -57,15 +57,15 @@ io_executor_for<Handler> keep_io_executor(const boost::asio::any_io_executor& ex
 /// directly instead.
 template <class Handler, class IoExecutor, class... Args>
 void invoke_handler(Handler&& handler, const IoExecutor& io_executor, Args&&... args) {
-  if constexpr (has_own_executor<std::decay_t<Handler>>) {
-    const auto ex = boost::asio::get_associated_executor(handler);
+  const auto run_on = [&](const auto& ex) {
     if (running_here(ex)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
     boost::asio::dispatch(ex,
                           boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+  };
+  if constexpr (has_own_executor<std::decay_t<Handler>>) {
+    run_on(boost::asio::get_associated_executor(handler));
   } else {
-    if (running_here(io_executor)) return std::forward<Handler>(handler)(std::forward<Args>(args)...);
-    boost::asio::dispatch(io_executor,
-                          boost::asio::append(std::forward<Handler>(handler), std::forward<Args>(args)...));
+    run_on(io_executor);
   }
 }
 
