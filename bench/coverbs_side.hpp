@@ -96,6 +96,8 @@ struct network {
       defaults.buffer_size = static_cast<std::uint32_t>(args.number_value(64, 64 << 20));
     } else if (arg == "--receive-buffers") {
       defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
+    } else if (arg == "--max-spin") {
+      defaults.max_spin = std::chrono::microseconds(args.number_value(0, 10'000'000));
     } else {
       return false;
     }
@@ -109,6 +111,8 @@ constexpr std::string_view network_usage =
     "  --modes LIST    RDMA completion polling modes, comma-separated: event, busy, adaptive\n"
     "                  (default event); over TCP there is no polling mode and this is ignored\n"
     "  --buffer-size N      socket_options::buffer_size: each stream buffer (default 64K)\n"
-    "  --receive-buffers N  socket_options::receive_buffers: buffers each side (default 32)\n";
+    "  --receive-buffers N  socket_options::receive_buffers: buffers each side (default 32)\n"
+    "  --max-spin US        socket_options::max_spin: adaptive mode's longest spin in\n"
+    "                       microseconds (default 1000)\n";
 
 }  // namespace bench

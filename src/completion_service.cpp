@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -97,6 +98,9 @@ void completion_engine::on_event() {
   void* context = nullptr;
   while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
   cq.acknowledge(events);
+  events_ += events;
+  // Adaptive mode sleeps only once a spin is over: what it waited since that spin began.
+  if (options.mode == polling_mode::adaptive) learn(std::chrono::steady_clock::now() - spin_start_);
 
   op_queue done;
   collect(done);
@@ -130,6 +134,7 @@ void completion_engine::on_poll_step() {
   } else {
     cq.request_notify();
     if (collect(done) > 0) {
+      learn(last_reading_ - spin_start_);
       empty_polls_ = 0;
       poll_soon();
     } else {
@@ -145,19 +150,35 @@ void completion_engine::poll_soon() {
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many
 // VMs: 2.5 us in the test VM, more than a poll step), so busy mode never reads it and adaptive
-// mode reads it when a spin starts (its first empty poll) and then once per 16 empty polls.
+// mode reads it when a spin starts (its first empty poll) and then once per 16 empty polls; a
+// completion found by the spin is taken to have come at the latest reading.
 bool completion_engine::spin_over(bool found) {
   if (found) {
+    if (empty_polls_ != 0) learn(last_reading_ - spin_start_);
     empty_polls_ = 0;
     return false;
   }
   constexpr unsigned polls_per_clock_read = 16;
   if (empty_polls_++ == 0) {
-    spin_start_ = std::chrono::steady_clock::now();
+    spin_start_ = last_reading_ = std::chrono::steady_clock::now();
     return false;
   }
   if (empty_polls_ % polls_per_clock_read != 0) return false;
-  return std::chrono::steady_clock::now() - spin_start_ >= options.spin;
+  last_reading_ = std::chrono::steady_clock::now();
+  return last_reading_ - spin_start_ >= spin_budget();
+}
+
+// A wait longer than max_spin is an idle gap that no spin could have caught: it does not count,
+// so a connection that is busy in bursts keeps the spin its bursts need.
+void completion_engine::learn(std::chrono::nanoseconds wait) noexcept {
+  if (wait > options.max_spin) return;
+  typical_wait_ += (wait - typical_wait_) / 8;
+}
+
+std::chrono::nanoseconds completion_engine::spin_budget() const noexcept {
+  const std::chrono::nanoseconds low = options.spin;
+  const std::chrono::nanoseconds high = std::max<std::chrono::nanoseconds>(options.max_spin, low);
+  return std::clamp<std::chrono::nanoseconds>(2 * typical_wait_, low, high);
 }
 
 std::size_t completion_engine::collect(op_queue& done) {
@@ -439,6 +460,12 @@ polling_mode completion_service::mode() const noexcept { return engine_->options
 std::size_t completion_service::outstanding() const noexcept { return engine_->outstanding_; }
 std::size_t completion_service::completions() const noexcept {
   return engine_->completions_;
+}
+std::size_t completion_service::events() const noexcept {
+  return engine_->events_;
+}
+std::chrono::microseconds completion_service::spin_budget() const noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(engine_->spin_budget());
 }
 
 }  // namespace coverbs

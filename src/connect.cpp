@@ -21,7 +21,9 @@ std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& o
   auto res = std::make_shared<rdma_resources>(std::move(id));
   const verbs::device& dev = res->id.device();
   res->pd.emplace(dev);
-  res->service.emplace(res->id.get_executor(), dev, completion_options{.mode = options.mode});
+  res->service.emplace(
+      res->id.get_executor(), dev,
+      completion_options{.mode = options.mode, .spin = options.spin, .max_spin = options.max_spin});
   // Room for the whole pool plus control slots on the receive side, and as many sends.
   const std::uint32_t depth = options.receive_buffers + rdma_stream::control_slots;
   verbs::queue_pair_options qp_options{.max_send_wr = depth + 64, .max_recv_wr = depth};

@@ -26,6 +26,7 @@ inline const char* mode_name(polling_mode m) {
 
 struct async_pair_options {
   polling_mode mode = polling_mode::event;
+  std::chrono::microseconds spin{50}, max_spin{1000};  ///< adaptive mode
   verbs::queue_pair_options qp{};
   verbs::access remote_rights =
       verbs::access::remote_read | verbs::access::remote_write | verbs::access::remote_atomic;
@@ -44,7 +45,7 @@ struct async_pair : rdma_env {
   verbs::memory_region b_mr;
 
   explicit async_pair(const async_pair_options& o = {})
-      : service(io.get_executor(), dev, {.mode = o.mode}),
+      : service(io.get_executor(), dev, {.mode = o.mode, .spin = o.spin, .max_spin = o.max_spin}),
         a(service, pd, o.qp),
         b(service, pd, o.qp),
         a_mem(o.buffer_size),

@@ -2,6 +2,7 @@
 // the thread running the owning executor.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -251,6 +252,42 @@ BOOST_DATA_TEST_CASE(adaptive_mode_sleeps_after_its_spin_and_busy_mode_does_not,
     p.io.run_one_for(std::chrono::milliseconds(100));
   BOOST_TEST_REQUIRE(received.has_value());
   BOOST_TEST(*received == 16u);
+}
+
+// Replies that take about 2 ms each: a spin fixed at 20 us ends before every one, so the service
+// sleeps and an event wakes it each time; a spin allowed to grow learns the wait and catches
+// the replies by polling, with (almost) no events.
+BOOST_DATA_TEST_CASE(adaptive_mode_learns_how_long_replies_take, data::make({false, true}), learning) {
+  using namespace std::chrono_literals;
+  async_pair p({.mode = polling_mode::adaptive, .spin = 20us, .max_spin = learning ? 200ms : 20us});
+  constexpr int warmup = 12, rounds = 20;
+  std::size_t events_before = 0;
+  p.run([&]() -> asio::awaitable<void> {
+    asio::steady_timer delay(p.io);
+    for (int i = 0; i < warmup + rounds; ++i) {
+      if (i == warmup) events_before = p.service.events();
+      auto reply_later = [&]() -> asio::awaitable<std::size_t> {
+        delay.expires_after(2ms);
+        co_await delay.async_wait(asio::use_awaitable);
+        co_return co_await async_send(p.a, p.a_mr.slice(0, 64), asio::use_awaitable);
+      };
+      auto [received, sent] =
+          co_await (async_receive(p.b, p.b_mr.slice(0, 64), asio::use_awaitable) && reply_later());
+      BOOST_REQUIRE_EQUAL(received, 64u);
+      BOOST_REQUIRE_EQUAL(sent, 64u);
+    }
+  });
+  const std::size_t events = p.service.events() - events_before;
+  BOOST_TEST_MESSAGE((learning ? "learning" : "fixed")
+                     << " spin: " << events << " events in " << rounds << " rounds, spin now "
+                     << p.service.spin_budget().count() << " us");
+  if (learning) {
+    BOOST_TEST(events <= std::size_t{rounds / 4});
+    BOOST_TEST(p.service.spin_budget() >= 2ms);
+  } else {
+    BOOST_TEST(events >= std::size_t{rounds * 3 / 4});
+    BOOST_TEST(p.service.spin_budget() == 20us);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

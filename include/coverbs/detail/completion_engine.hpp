@@ -51,6 +51,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   verbs::completion_queue cq;
   std::size_t outstanding_ = 0;
   std::size_t completions_ = 0;  ///< polled from the CQ
+  std::size_t events_ = 0;       ///< taken from the completion channel
+
+  /// Adaptive mode: the current spin, from `options` and the waits learned so far.
+  std::chrono::nanoseconds spin_budget() const noexcept;
 
  private:
   static constexpr std::size_t batch = 32;
@@ -60,8 +64,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void on_poll_step();
   /// Posts the next poll step (busy and adaptive modes).
   void poll_soon();
-  /// Adaptive mode: whether the spin since the last completion has lasted `options.spin`.
+  /// Adaptive mode: whether the spin since the last completion has lasted `spin_budget()`.
   bool spin_over(bool found);
+  /// Adaptive mode: a completion came `wait` after the spin before it started.
+  void learn(std::chrono::nanoseconds wait) noexcept;
   /// Takes every available completion into `done`; returns how many.
   std::size_t collect(op_queue& done);
   static void run_handlers(op_queue& done) noexcept;
@@ -72,8 +78,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   bool active_ = false;
   bool closed_ = false;
   bool abandoned_ = false;
-  std::chrono::steady_clock::time_point spin_start_{};  ///< the first empty poll of this spin
-  unsigned empty_polls_ = 0;                            ///< since the last completion
+  std::chrono::steady_clock::time_point spin_start_{};    ///< the first empty poll of this spin
+  std::chrono::steady_clock::time_point last_reading_{};  ///< the spin's latest clock reading
+  std::chrono::nanoseconds typical_wait_{0};              ///< moving average of learned waits
+  unsigned empty_polls_ = 0;                              ///< since the last completion
 };
 
 template <class Predicate>
