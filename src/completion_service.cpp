@@ -99,20 +99,23 @@ void completion_engine::on_event() {
   while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
   cq.acknowledge(events);
   events_ += events;
-  // Adaptive mode sleeps only once a spin is over: what it waited since that spin began.
-  if (options.mode == polling_mode::adaptive) learn(std::chrono::steady_clock::now() - spin_start_);
 
   op_queue done;
-  collect(done);
+  std::size_t found = collect(done);
   cq.request_notify();
   // Completions that landed before the re-arm raise no event: poll once more after arming.
-  collect(done);
+  found += collect(done);
+  const bool spin_again = options.mode == polling_mode::adaptive && found > 0;
+  // Adaptive mode sleeps only once a spin is over: what it waited since that spin began.
+  if (spin_again) learn(std::chrono::steady_clock::now() - spin_start_);
   if (outstanding_ == 0) {
     active_ = false;
-  } else if (options.mode == polling_mode::adaptive) {
+  } else if (spin_again) {
     empty_polls_ = 0;
     poll_soon();
   } else {
+    // Nothing came: an event raised by a completion that a spin after an earlier arming took
+    // (the CQ stays armed while adaptive mode spins). No wait ended here; sleep again.
     wait_for_event();
   }
   run_handlers(done);

@@ -29,7 +29,7 @@ struct completion_options {
   /// moving average of how long recent completions took to come (those that came within
   /// `max_spin`), but never less than this, before the service arms and sleeps; so a spin that
   /// would end just before the usual reply does not waste itself. The clock is read every 16
-  /// empty polls.
+  /// empty polls and once per wake-up.
   std::chrono::microseconds spin{50};
   /// Adaptive mode: the longest spin. Equal to `spin`, the spin is fixed.
   std::chrono::microseconds max_spin{1000};
@@ -65,8 +65,8 @@ class completion_service {
   /// Work completions taken from the CQ so far. A send posted unsignalled (the RDMA stream's
   /// copied sends, mostly) raises none: a later signalled one completes it.
   std::size_t completions() const noexcept;
-  /// Completion-channel events taken so far: how often the service slept and was woken (event
-  /// and adaptive modes).
+  /// Completion-channel events taken so far (event and adaptive modes); a wake-up takes every
+  /// event pending, one or more.
   std::size_t events() const noexcept;
   /// Adaptive mode: how long the service now polls after a completion before it sleeps.
   std::chrono::microseconds spin_budget() const noexcept;
