@@ -151,7 +151,8 @@ class socket {
     return initiate_write<false>(buffers, std::forward<CompletionToken>(token));
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
-  /// tcp::socket's alias of write_some). At most `options().buffer_size` bytes.
+  /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, the
+  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
                   CompletionToken&& token = detail::default_socket_token()) {
