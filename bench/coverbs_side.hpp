@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
+#include <charconv>
 #include <coverbs/coverbs.hpp>
 
 #include "patterns.hpp"
@@ -34,7 +35,7 @@ struct network {
   coverbs::transport kind = coverbs::transport::tcp;
   asio::ip::address address = asio::ip::make_address("127.0.0.1");
   std::vector<coverbs::polling_mode> modes{coverbs::polling_mode::event};
-  coverbs::socket_options defaults;  ///< pool geometry (--buffer-size, --receive-buffers)
+  coverbs::socket_options defaults;  ///< --buffer-size, --receive-buffers, --max-spin
 
   std::string_view transport_name() const { return kind == coverbs::transport::rdma ? "rdma" : "tcp"; }
   /// Polling modes only change RDMA completions; over TCP the name is "-".
@@ -97,7 +98,13 @@ struct network {
     } else if (arg == "--receive-buffers") {
       defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
     } else if (arg == "--max-spin") {
-      defaults.max_spin = std::chrono::microseconds(args.number_value(0, 10'000'000));
+      // Microseconds, so no K/M suffixes (number_value's are powers of two).
+      const std::string_view text = args.value();
+      std::size_t us = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), us);
+      if (ec != std::errc() || end != text.data() + text.size() || us > 10'000'000)
+        args.bad_value("microseconds, 0 to 10000000");
+      defaults.max_spin = std::chrono::microseconds(us);
     } else {
       return false;
     }

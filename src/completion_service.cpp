@@ -130,9 +130,11 @@ void completion_engine::on_poll_step() {
   const unsigned polls = options.mode == polling_mode::busy ? 16 : 1;
   bool found = collect(done) > 0;
   for (unsigned i = 1; i < polls && !found; ++i) found = collect(done) > 0;
+  // Before the idle check: the completion that leaves nothing outstanding ended a wait too.
+  const bool spin_ended = options.mode == polling_mode::adaptive && spin_over(found);
   if (outstanding_ == 0) {
     active_ = false;
-  } else if (options.mode == polling_mode::busy || !spin_over(found)) {
+  } else if (!spin_ended) {
     poll_soon();
   } else {
     cq.request_notify();
@@ -153,15 +155,18 @@ void completion_engine::poll_soon() {
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many
 // VMs: 2.5 us in the test VM, more than a poll step), so busy mode never reads it and adaptive
-// mode reads it when a spin starts (its first empty poll) and then once per 16 empty polls; a
-// completion found by the spin is taken to have come at the latest reading.
+// mode reads it when a spin starts (its first empty poll), then once per 16 empty polls, and
+// when a completion ends a spin of 16 polls or more (16 polls can take a millisecond in the VM
+// under ThreadSanitizer: the latest reading would understate the wait). A completion found
+// sooner came right after another (a send's after the receive's, say): any spin catches
+// that, and counting it as a wait of zero would halve the spin that the waits for replies need.
 bool completion_engine::spin_over(bool found) {
+  constexpr unsigned polls_per_clock_read = 16;
   if (found) {
-    if (empty_polls_ != 0) learn(last_reading_ - spin_start_);
+    if (empty_polls_ >= polls_per_clock_read) learn(std::chrono::steady_clock::now() - spin_start_);
     empty_polls_ = 0;
     return false;
   }
-  constexpr unsigned polls_per_clock_read = 16;
   if (empty_polls_++ == 0) {
     spin_start_ = last_reading_ = std::chrono::steady_clock::now();
     return false;
@@ -171,10 +176,15 @@ bool completion_engine::spin_over(bool found) {
   return last_reading_ - spin_start_ >= spin_budget();
 }
 
-// A wait longer than max_spin is an idle gap that no spin could have caught: it does not count,
-// so a connection that is busy in bursts keeps the spin its bursts need.
+// A wait longer than max_spin is an idle gap that no spin could have caught, and the spin before
+// it was wasted: it shrinks the average by an eighth instead of pulling it towards itself, so a
+// connection that is busy in bursts keeps about the spin its bursts need, and one whose waits
+// became short (which teach nothing) does not keep a long spin for ever.
 void completion_engine::learn(std::chrono::nanoseconds wait) noexcept {
-  if (wait > options.max_spin) return;
+  if (wait > options.max_spin) {
+    typical_wait_ -= typical_wait_ / 8;
+    return;
+  }
   typical_wait_ += (wait - typical_wait_) / 8;
 }
 

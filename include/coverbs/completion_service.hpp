@@ -26,10 +26,12 @@ enum class polling_mode {
 struct completion_options {
   polling_mode mode = polling_mode::event;
   /// Adaptive mode: the shortest spin. After each completion the CQ is polled for twice the
-  /// moving average of how long recent completions took to come (those that came within
-  /// `max_spin`), but never less than this, before the service arms and sleeps; so a spin that
-  /// would end just before the usual reply does not waste itself. The clock is read every 16
-  /// empty polls and once per wake-up.
+  /// moving average (weight 1/8) of the recent waits for a completion, but never less than
+  /// this, before the service arms and sleeps; so a spin that would end just before the usual
+  /// reply does not waste itself. A completion right after another (within 16 polls) teaches
+  /// nothing; a wait beyond `max_spin` (an idle gap) shrinks the average by an eighth. The
+  /// clock is read every 16 empty polls, when a completion ends a longer spin, and once per
+  /// wake-up.
   std::chrono::microseconds spin{50};
   /// Adaptive mode: the longest spin. Equal to `spin`, the spin is fixed.
   std::chrono::microseconds max_spin{1000};
