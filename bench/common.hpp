@@ -28,11 +28,13 @@ inline std::atomic<std::size_t> allocations{0};
   std::exit(2);
 }
 
-/// A whole number within [low, high], with an optional K or M suffix (powers of 1024).
-inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high) {
+/// A whole number within [low, high], with an optional K or M suffix (powers of 1024) where
+/// `suffixed` (not for a duration, where "1m" would read as a millisecond).
+inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high,
+                                         bool suffixed = true) {
   std::size_t scale = 1;
-  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
-  if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
+  if (suffixed && !text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
+  if (suffixed && !text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
   if (scale != 1) text.remove_suffix(1);
   std::size_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
-#include <charconv>
 #include <coverbs/coverbs.hpp>
 
 #include "patterns.hpp"
@@ -98,13 +97,9 @@ struct network {
     } else if (arg == "--receive-buffers") {
       defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
     } else if (arg == "--max-spin") {
-      // Microseconds, so no K/M suffixes (number_value's are powers of two).
-      const std::string_view text = args.value();
-      std::size_t us = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), us);
-      if (ec != std::errc() || end != text.data() + text.size() || us > 10'000'000)
-        args.bad_value("microseconds, 0 to 10000000");
-      defaults.max_spin = std::chrono::microseconds(us);
+      const auto us = number(args.value(), 0, 10'000'000, false);
+      if (!us) args.bad_value("microseconds, 0 to 10000000");
+      defaults.max_spin = std::chrono::microseconds(*us);
     } else {
       return false;
     }
