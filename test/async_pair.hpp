@@ -26,7 +26,8 @@ inline const char* mode_name(polling_mode m) {
 
 struct async_pair_options {
   polling_mode mode = polling_mode::event;
-  std::chrono::microseconds spin{50}, max_spin{1000};  ///< adaptive mode
+  std::chrono::microseconds spin = completion_options{}.spin;  ///< adaptive mode
+  std::chrono::microseconds max_spin = completion_options{}.max_spin;
   verbs::queue_pair_options qp{};
   verbs::access remote_rights =
       verbs::access::remote_read | verbs::access::remote_write | verbs::access::remote_atomic;

@@ -36,8 +36,9 @@ enum class transport {
 struct socket_options {
   transport kind = transport::automatic;
   polling_mode mode = polling_mode::event;         ///< RDMA completion polling
-  std::chrono::microseconds spin{50};              ///< adaptive mode's shortest spin ...
-  std::chrono::microseconds max_spin{1000};        ///< ... and longest (see completion_options)
+  /// Adaptive mode's shortest and longest spin (see completion_options, whose defaults these are).
+  std::chrono::microseconds spin = completion_options{}.spin;
+  std::chrono::microseconds max_spin = completion_options{}.max_spin;
   std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
   std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
   std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
