@@ -21,6 +21,7 @@
 #include "channel.hpp"
 #include "hasher.hpp"
 #include "progress.hpp"
+#include "whole_slot.hpp"
 
 namespace ft {
 
@@ -58,7 +59,7 @@ class receiver {
       ch_.activity();
       auto [hash_ec, written] =
           co_await (hash.async_update(data, asio::as_tuple(asio::use_awaitable)) &&
-                    asio::async_write_at(file, got, asio::buffer(data.data(), data.size()),
+                    asio::async_write_at(file, got, asio::buffer(data.data(), data.size()), whole_slot,
                                          asio::as_tuple(asio::use_awaitable)));
       if (hash_ec) throw_hash_failure(name);
       if (auto wec = std::get<0>(written))

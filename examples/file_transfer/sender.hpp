@@ -15,6 +15,7 @@
 #include "channel.hpp"
 #include "hasher.hpp"
 #include "progress.hpp"
+#include "whole_slot.hpp"
 
 namespace ft {
 
@@ -74,7 +75,7 @@ class sender {
 
   asio::awaitable<void> read_chunk(asio::random_access_file& file, std::uint64_t offset, std::byte* into,
                                    std::size_t n, const std::string& name) {
-    auto [ec, got] = co_await asio::async_read_at(file, offset, asio::buffer(into, n),
+    auto [ec, got] = co_await asio::async_read_at(file, offset, asio::buffer(into, n), whole_slot,
                                                   asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::eof)
       throw transfer_error(transfer_error::origin::local, name + " shrank while being sent");
