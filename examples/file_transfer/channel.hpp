@@ -33,9 +33,10 @@ class transfer_error : public std::runtime_error {
   origin origin_;
 };
 
-/// The local failure of hashing `name`: OpenSSL could not compute its SHA-256.
-[[noreturn]] inline void throw_hash_failure(const std::string& name) {
-  throw transfer_error(transfer_error::origin::local, "cannot hash " + name + ": SHA-256 failed");
+/// The local failure of hashing `name`: OpenSSL or xxHash could not compute its checksum.
+[[noreturn]] inline void throw_hash_failure(const std::string& name, checksum_kind kind) {
+  throw transfer_error(transfer_error::origin::local,
+                       "cannot hash " + name + ": " + std::string(ft::name(kind)) + " failed");
 }
 
 class channel {

@@ -1,5 +1,5 @@
 // file_client: sends files to a file_server or fetches files from it, each checked end to
-// end with SHA-256, with a progress bar on a terminal.
+// end (XXH3-128 or SHA-256), with a progress bar on a terminal.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,17 +31,18 @@ constexpr std::string_view program = "file_client";
 constexpr std::string_view usage =
     "usage: file_client --connect ADDR [--port N] [options] send FILE... [--as NAME]\n"
     "       file_client --connect ADDR [--port N] [options] fetch NAME... [--to DIR]\n"
-    "Sends files to a file_server, or fetches files from it; SHA-256 checks each end to end.\n"
+    "Sends files to a file_server, or fetches files from it, checking each end to end.\n"
     "  send FILE...       sends each FILE under its own name (a directory: its regular files,\n"
     "                     hidden ones aside); the server stores it under that name\n"
     "  --as NAME          with a single FILE: the name to store it under\n"
     "  fetch NAME...      fetches each NAME into DIR, replacing a file of that name; it is\n"
-    "                     written as .NAME.part-XXXXXX and renamed once size and SHA-256 match\n"
+    "                     written as .NAME.part-XXXXXX and renamed once size and checksum match\n"
     "  --to DIR           where fetched files go (default: the current directory)\n"
     "  --connect ADDR     the server's IPv4 or IPv6 address; RDMA needs the address of an RDMA\n"
     "                     device, not 127.0.0.1\n"
     "  --port N           the server's port (default 7001)\n"
     "  --transport T      auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
+    "  --checksum C       xxh128 (default; as xxh128sum prints it) or sha256 (as sha256sum does)\n"
     "  --window N         when fetching, slots of the window to receive into (default 8)\n"
     "  --slot-size BYTES  when fetching, bytes per slot (default 1048576)\n"
     "  --timeout SECONDS  give up when connecting takes longer, or the server shows no sign of\n"
@@ -57,6 +58,7 @@ struct options : ft::tuning {
   std::vector<std::string> operands;
   std::optional<std::string> as;
   fs::path to = ".";
+  ft::checksum_kind check = ft::checksum_kind::xxh128;
 };
 
 options parse(int argc, char** argv) {
@@ -89,6 +91,10 @@ options parse(int argc, char** argv) {
       const auto p = cli::number(args.value(), 1, 65535);
       if (!p) args.bad_value("a port number from 1 to 65535");
       o.port = static_cast<std::uint16_t>(*p);
+    } else if (arg == "--checksum") {
+      const auto c = ft::checksum_named(args.value());
+      if (!c) args.bad_value("xxh128 or sha256");
+      o.check = *c;
     } else if (arg == "--as") {
       o.as = args.value();
     } else if (arg == "--to") {
@@ -235,12 +241,12 @@ class client {
     }
     ft::progress shown(std::string(program), it.name, size, isatty(STDOUT_FILENO));
     co_return co_await attempt(ch, "send " + it.path.string(), shown, [&]() -> asio::awaitable<void> {
-      co_await ch.send(ft::msg::put(it.name, size));
+      co_await ch.send(ft::msg::put(it.name, size, opt_.check));
       const ft::message ready = co_await ch.expect(ft::type::ready);
       shown.start();
-      const ft::digest sum = co_await out.send(file, size, it.path.string(), ready.area,
+      const ft::digest sum = co_await out.send(file, size, it.path.string(), ready.area, opt_.check,
                                                [&](std::uint64_t done) { shown.update(done); });
-      shown.finish("sent", ft::hex(sum));
+      shown.finish("sent", sum);
     });
   }
 
@@ -249,7 +255,7 @@ class client {
     co_return co_await attempt(ch, "fetch " + name, shown, [&]() -> asio::awaitable<void> {
       // In this frame: a failure removes the temporary file before anything else happens.
       std::optional<ft::part_file> part;
-      co_await ch.send(ft::msg::get(name));
+      co_await ch.send(ft::msg::get(name, opt_.check));
       const ft::message file = co_await ch.expect(ft::type::file);
       std::string cannot;
       try {
@@ -267,11 +273,11 @@ class client {
       shown = ft::progress(std::string(program), name, file.size, isatty(STDOUT_FILENO));
       co_await ch.send(ft::msg::ready(in.offer()));
       shown.start();
-      const ft::digest sum =
-          co_await in.receive(part->file(), file.size, name, [&](std::uint64_t done) { shown.update(done); });
+      const ft::digest sum = co_await in.receive(part->file(), file.size, name, opt_.check,
+                                                 [&](std::uint64_t done) { shown.update(done); });
       co_await commit(*part);
       co_await ch.send(ft::msg::ok());
-      shown.finish("fetched", ft::hex(sum));
+      shown.finish("fetched", sum);
     });
   }
 

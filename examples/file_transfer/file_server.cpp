@@ -31,7 +31,7 @@ constexpr std::string_view usage =
     "Serves the files of DIR to file_client, which sends files into it and fetches files from it.\n"
     "  --dir DIR          the directory; names are plain file names in it (no '/', no leading\n"
     "                     '.'). A file being received is written as .NAME.part-XXXXXX and renamed\n"
-    "                     to NAME, replacing any file of that name, once its size and SHA-256 match\n"
+    "                     to NAME, replacing any file of that name, once its size and checksum match\n"
     "  --listen ADDR      IPv4 or IPv6 address to listen on (default 0.0.0.0); RDMA clients need\n"
     "                     the address of an RDMA device, not 127.0.0.1\n"
     "  --port N           port, 0 to let the system pick one (default 7001)\n"
@@ -143,9 +143,9 @@ class server {
     try {
       while (auto request = co_await c.ch.next()) {
         if (request->kind == ft::type::put) {
-          co_await receive(id, c, request->text, request->size);
+          co_await receive(id, c, request->text, request->size, request->check);
         } else if (request->kind == ft::type::get) {
-          co_await send(id, c, request->text);
+          co_await send(id, c, request->text, request->check);
         } else {
           throw transfer_error(origin::connection, "the client broke the protocol");
         }
@@ -175,7 +175,8 @@ class server {
     throw transfer_error(e.from(), what + " failed");
   }
 
-  asio::awaitable<void> receive(std::size_t id, connection& c, const std::string& name, std::uint64_t size) {
+  asio::awaitable<void> receive(std::size_t id, connection& c, const std::string& name, std::uint64_t size,
+                                ft::checksum_kind check) {
     if (!ft::valid_name(name)) {
       co_return co_await refuse(id, c, "'" + name + "'", "not a plain file name (no '/', no leading '.')");
     }
@@ -191,14 +192,14 @@ class server {
     try {
       co_await c.ch.send(ft::msg::ready(c.in.offer()));
       const auto start = std::chrono::steady_clock::now();
-      const ft::digest sum = co_await c.in.receive(part->file(), size, name, [](std::uint64_t) {});
+      const ft::digest sum = co_await c.in.receive(part->file(), size, name, check, [](std::uint64_t) {});
       try {
         co_await part->commit(blocking_.get_executor());
       } catch (const std::system_error& e) {
         throw transfer_error(origin::local, e.what());
       }
       co_await c.ch.send(ft::msg::ok());
-      say("[", id, "] received ", name, ": ", ft::summary(size, start, ft::hex(sum)));
+      say("[", id, "] received ", name, ": ", ft::summary(size, start, sum));
     } catch (const transfer_error& e) {
       failure = e;
     }
@@ -208,7 +209,8 @@ class server {
     }
   }
 
-  asio::awaitable<void> send(std::size_t id, connection& c, const std::string& name) {
+  asio::awaitable<void> send(std::size_t id, connection& c, const std::string& name,
+                             ft::checksum_kind check) {
     if (!ft::valid_name(name)) {
       co_return co_await refuse(id, c, "'" + name + "'", "not a plain file name (no '/', no leading '.')");
     }
@@ -234,8 +236,8 @@ class server {
       if (reply.kind != ft::type::ready)
         throw transfer_error(origin::connection, "the client broke the protocol");
       const auto start = std::chrono::steady_clock::now();
-      const ft::digest sum = co_await c.out.send(file, size, name, reply.area, [](std::uint64_t) {});
-      say("[", id, "] sent ", name, ": ", ft::summary(size, start, ft::hex(sum)));
+      const ft::digest sum = co_await c.out.send(file, size, name, reply.area, check, [](std::uint64_t) {});
+      say("[", id, "] sent ", name, ": ", ft::summary(size, start, sum));
     } catch (const transfer_error& e) {
       failure = e;
     }

@@ -1,4 +1,4 @@
-// SHA-256 on a thread of its own, so that hashing one slot overlaps reading, sending and
+// The checksum on a thread of its own, so that hashing one slot overlaps reading, sending and
 // writing the others: with the hash on the connection's thread, each side did one stage at a
 // time (the VM hashes at ~16 MiB/s, about as fast as rxe moves data, so that halved the rate).
 #pragma once
@@ -14,8 +14,7 @@
 #include <span>
 #include <tuple>
 
-#include "protocol.hpp"
-#include "sha256.hpp"
+#include "checksum.hpp"
 
 namespace ft {
 
@@ -24,12 +23,14 @@ namespace asio = boost::asio;
 class hasher {
  public:
   /// Handlers without an executor of their own complete on `ex` (the connection's).
-  explicit hasher(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+  hasher(asio::any_io_executor ex, checksum_kind kind) : ex_(std::move(ex)), hash_(kind) {}
   /// Stops the thread: updates not started are dropped (their handlers destroyed, not called);
   /// one under way finishes first, so the bytes it reads must outlive the hasher.
   ~hasher() = default;
   hasher(const hasher&) = delete;
   hasher& operator=(const hasher&) = delete;
+
+  checksum_kind kind() const { return hash_.kind(); }
 
   /// Hashes `bytes` after every update started before. They must stay unchanged until the
   /// handler, `void(error_code)`, runs.
@@ -64,7 +65,7 @@ class hasher {
       decltype(step()) values{};
       try {
         values = step();
-      } catch (const std::exception&) {  // OpenSSL failed
+      } catch (const std::exception&) {  // OpenSSL or xxHash failed
         ec = asio::error::fault;
       }
       asio::post(work.get_executor(), [handler = std::move(handler), ec, values]() mutable {
@@ -75,7 +76,7 @@ class hasher {
   }
 
   asio::any_io_executor ex_;
-  sha256 hash_;
+  checksum hash_;
   asio::thread_pool pool_{1};  // after hash_: joined before the context it uses is freed
 };
 

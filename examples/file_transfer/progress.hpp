@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "checksum.hpp"
+
 namespace ft {
 
 /// Told the bytes done so far, as a transfer goes.
@@ -21,14 +23,14 @@ inline std::string mib(std::uint64_t bytes) {
   return text;
 }
 
-/// "256.0 MiB in 1.21 s, 211.6 MiB/s, sha256 HEX": how a finished transfer is reported.
+/// "256.0 MiB in 1.21 s, 211.6 MiB/s, xxh128 HEX": how a finished transfer is reported.
 inline std::string summary(std::uint64_t bytes, std::chrono::steady_clock::time_point start,
-                           const std::string& sha256) {
+                           const digest& sum) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char text[96];
   std::snprintf(text, sizeof text, "%s MiB in %.2f s, %.1f MiB/s", mib(bytes).c_str(), s,
                 s > 0 ? static_cast<double>(bytes) / (1 << 20) / s : 0.0);
-  return std::string(text) + ", sha256 " + sha256;
+  return std::string(text) + ", " + describe(sum);
 }
 
 class progress {
@@ -58,11 +60,11 @@ class progress {
     }
   }
 
-  /// The summary line, e.g. "sent big.bin: 256.0 MiB in 1.21 s, 211.6 MiB/s, sha256 ...".
-  void finish(const std::string& verb, const std::string& sha256) {
+  /// The summary line, e.g. "sent big.bin: 256.0 MiB in 1.21 s, 211.6 MiB/s, xxh128 ...".
+  void finish(const std::string& verb, const digest& sum) {
     end_bar();
     std::ostringstream line;
-    line << program_ << ": " << verb << " " << name_ << ": " << summary(total_, start_, sha256) << "\n";
+    line << program_ << ": " << verb << " " << name_ << ": " << summary(total_, start_, sum) << "\n";
     std::cout << line.str() << std::flush;
   }
 

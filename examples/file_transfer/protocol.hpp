@@ -2,19 +2,18 @@
 // (socket::async_send), so it arrives whole or not at all; file data never travels in them.
 //
 //   send (client is the sender)          fetch (server is the sender)
-//   client -> put(name, size)            client -> get(name)
+//   client -> put(name, size, checksum)  client -> get(name, checksum)
 //                                        server -> file(size)       or error(reason)
 //   receiver -> ready(window)            or error(reason)
 //   sender   -> data: RDMA WRITE with immediate into a free window slot (on both transports)
 //   receiver -> credit(slot)             after writing that slot to the file
-//   sender   -> done(sha256)
+//   sender   -> done(digest)            of the checksum the client asked for
 //   receiver -> ok                       once the file has its final name, or error(reason)
 //
 // An error before the data starts refuses that request only; one during the data ends the
 // connection (the side that saw it sends error, then closes).
 #pragma once
 
-#include <array>
 #include <coverbs/remote_buffer.hpp>
 #include <cstdint>
 #include <optional>
@@ -23,9 +22,9 @@
 #include <string_view>
 #include <vector>
 
-namespace ft {
+#include "checksum.hpp"
 
-using digest = std::array<std::uint8_t, 32>;
+namespace ft {
 
 enum class type : std::uint8_t { put = 1, get, file, ready, credit, done, ok, error };
 
@@ -39,6 +38,7 @@ struct window {
 struct message {
   type kind = type::ok;
   std::uint64_t size = 0;           ///< put, file
+  checksum_kind check = checksum_kind::xxh128;  ///< put, get: how the data is checked
   std::string text;                 ///< put, get: the file name; error: the reason
   window area;                      ///< ready
   std::vector<std::uint8_t> slots;  ///< credit
@@ -52,15 +52,17 @@ inline message with(type kind) {
   m.kind = kind;
   return m;
 }
-inline message put(const std::string& name, std::uint64_t size) {
+inline message put(const std::string& name, std::uint64_t size, checksum_kind check) {
   message m = with(type::put);
   m.text = name;
   m.size = size;
+  m.check = check;
   return m;
 }
-inline message get(const std::string& name) {
+inline message get(const std::string& name, checksum_kind check) {
   message m = with(type::get);
   m.text = name;
+  m.check = check;
   return m;
 }
 inline message file(std::uint64_t size) {
@@ -136,9 +138,13 @@ inline std::vector<std::byte> encode(const message& m) {
   switch (m.kind) {
     case type::put:
       wire::put(out, m.size, 8);
+      wire::put(out, static_cast<std::uint8_t>(m.check), 1);
       text();
       break;
-    case type::get: text(); break;
+    case type::get:
+      wire::put(out, static_cast<std::uint8_t>(m.check), 1);
+      text();
+      break;
     case type::file: wire::put(out, m.size, 8); break;
     case type::ready: {
       wire::put(out, m.area.slots, 4);
@@ -151,7 +157,8 @@ inline std::vector<std::byte> encode(const message& m) {
       for (auto s : m.slots) out.push_back(std::byte{s});
       break;
     case type::done:
-      for (auto b : m.sum) out.push_back(std::byte{b});
+      wire::put(out, static_cast<std::uint8_t>(m.sum.kind), 1);
+      for (auto b : m.sum.view()) out.push_back(std::byte{b});
       break;
     case type::ok: break;
     case type::error: text(); break;
@@ -165,6 +172,12 @@ inline std::optional<message> decode(std::span<const std::byte> in) {
   message m;
   m.kind = static_cast<type>(in[0]);
   const auto rest = in.subspan(1);
+  auto check = [&](std::size_t at) {
+    const auto kind =
+        at < rest.size() ? checksum_from_wire(static_cast<std::uint8_t>(rest[at])) : std::nullopt;
+    if (kind) m.check = *kind;
+    return kind.has_value();
+  };
   auto text = [&](std::size_t from, std::size_t limit) {
     if (rest.size() - from > limit) return false;
     m.text.assign(reinterpret_cast<const char*>(rest.data() + from), rest.size() - from);
@@ -172,12 +185,12 @@ inline std::optional<message> decode(std::span<const std::byte> in) {
   };
   switch (m.kind) {
     case type::put:
-      if (rest.size() < 8) return {};
+      if (rest.size() < 9 || !check(8)) return {};
       m.size = wire::get(rest, 0, 8);
-      if (!text(8, max_name)) return {};
+      if (!text(9, max_name)) return {};
       return m;
     case type::get:
-      if (!text(0, max_name)) return {};
+      if (!check(0) || !text(1, max_name)) return {};
       return m;
     case type::file:
       if (rest.size() != 8) return {};
@@ -198,8 +211,10 @@ inline std::optional<message> decode(std::span<const std::byte> in) {
       for (auto b : rest) m.slots.push_back(std::to_integer<std::uint8_t>(b));
       return m;
     case type::done:
-      if (rest.size() != m.sum.size()) return {};
-      for (std::size_t i = 0; i < m.sum.size(); ++i) m.sum[i] = std::to_integer<std::uint8_t>(rest[i]);
+      if (!check(0) || rest.size() != 1 + digest_size(m.check)) return {};
+      m.sum.kind = m.check;
+      for (std::size_t i = 1; i < rest.size(); ++i)
+        m.sum.bytes[i - 1] = std::to_integer<std::uint8_t>(rest[i]);
       return m;
     case type::ok:
       if (!rest.empty()) return {};

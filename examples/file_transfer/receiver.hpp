@@ -40,12 +40,13 @@ class receiver {
     return {slots_, slot_size_, registration_.remote()};
   }
 
-  /// Receives `size` bytes into `file` (called `name` in errors), then the sender's digest,
-  /// which must match. Returns it; throws transfer_error (origin local: tell the sender).
+  /// Receives `size` bytes into `file` (called `name` in errors), then the sender's digest
+  /// of kind `check`, which must match. Returns it; throws transfer_error (origin local: tell
+  /// the sender).
   asio::awaitable<digest> receive(asio::random_access_file& file, std::uint64_t size, const std::string& name,
-                                  const progress_fn& progress) {
+                                  checksum_kind check, const progress_fn& progress) {
     using namespace asio::experimental::awaitable_operators;
-    hasher hash(ch_.socket().get_executor());
+    hasher hash(ch_.socket().get_executor(), check);
     std::uint64_t got = 0;
     while (got < size) {
       auto [ec, imm] = co_await ch_.socket().async_receive_immediate(asio::as_tuple(asio::use_awaitable));
@@ -61,7 +62,7 @@ class receiver {
           co_await (hash.async_update(data, asio::as_tuple(asio::use_awaitable)) &&
                     asio::async_write_at(file, got, asio::buffer(data.data(), data.size()), whole_slot,
                                          asio::as_tuple(asio::use_awaitable)));
-      if (hash_ec) throw_hash_failure(name);
+      if (hash_ec) throw_hash_failure(name, check);
       if (auto wec = std::get<0>(written))
         throw transfer_error(transfer_error::origin::local, "cannot write " + name + ": " + wec.message());
       got += data.size();
@@ -71,10 +72,12 @@ class receiver {
     }
     const message done = co_await ch_.expect(type::done);
     auto [hec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (hec) throw_hash_failure(name);
+    if (hec) throw_hash_failure(name, check);
+    if (done.sum.kind != check)
+      throw transfer_error(transfer_error::origin::connection, "the " + ch_.peer() + " broke the protocol");
     if (done.sum != sum) {
-      throw transfer_error(transfer_error::origin::local, "SHA-256 mismatch for " + name + ": sent " +
-                                                              hex(done.sum) + ", received " + hex(sum));
+      throw transfer_error(transfer_error::origin::local, "checksum mismatch for " + name + ": sent " +
+                                                              describe(done.sum) + ", received " + hex(sum));
     }
     co_return sum;
   }

@@ -1,5 +1,5 @@
 // The sending half of a connection's data path: reads a file through io_uring, computes its
-// SHA-256 on the way (on a thread of its own, while the next slot is read), and moves the bytes into the
+// checksum on the way (on a thread of its own, while the next slot is read), and moves the bytes into the
 // receiver's window with RDMA WRITE with immediate, several slots in flight, reusing a slot when the receiver
 // credits it back.
 #pragma once
@@ -27,11 +27,11 @@ class sender {
   /// says, then `done` with their digest, and waits for the receiver's verdict. Returns the
   /// digest; throws transfer_error.
   asio::awaitable<digest> send(asio::random_access_file& file, std::uint64_t size, const std::string& name,
-                               const window& area, const progress_fn& progress) {
-    hasher hash(ch_.socket().get_executor());  // before send_window's hashes: outlives them
+                               const window& area, checksum_kind check, const progress_fn& progress) {
+    hasher hash(ch_.socket().get_executor(), check);  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
     auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (ec) throw_hash_failure(name);
+    if (ec) throw_hash_failure(name, hash.kind());
     co_await ch_.send(msg::done(sum));
     for (;;) {  // credits still on their way are of no use now
       const message m = co_await ch_.receive();
@@ -120,7 +120,7 @@ class sender {
       // The receiver may credit a slot before this side has seen its WRITE complete, or hashed it.
       while ((f->busy[slot] || f->hashing[slot]) && !f->failure) co_await f->next_completion();
       if (f->failure) co_await ch_.failed(f->failure);
-      if (f->hash_failed) throw_hash_failure(name);
+      if (f->hash_failed) throw_hash_failure(name, hash.kind());
 
       const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(area.slot_size, size - offset));
       const std::size_t at = std::size_t{slot} * area.slot_size;

@@ -1,18 +1,20 @@
 #!/bin/bash
 # Runs file_server and file_client the way a user does: separate processes, real files, real
-# sockets; checks exit codes, messages, SHA-256 sums and what is left in the directories.
+# sockets; checks exit codes, messages, checksums (xxh128sum, sha256sum) and what is left in
+# the directories.
 # Prints one line per check; exits non-zero if any failed.
 # Usage: file_transfer_test.sh tcp|rdma FILE_SERVER FILE_CLIENT [MIB]
 #   tcp:  on 127.0.0.1, client forced to TCP, a 256 MiB file (default); every check
 #   rdma: on $COVERBS_VM_IP, client forced to RDMA, a 64 MiB file (run it through test/rdma-launcher);
 #         the checks that involve the transport, as each process costs seconds in the emulated VM
 # shellcheck disable=SC2016,SC2034,SC2317 # check's conditions are quoted to be evaluated later
-[ $# = 3 ] || [ $# = 4 ] || { sed -n '2,9s/^# //p' "$0" >&2; exit 2; }
-usage_lines=2,9 expect_limit=120 finish_limit=60 fail_tail=20
+[ $# = 3 ] || [ $# = 4 ] || { sed -n '2,10s/^# //p' "$0" >&2; exit 2; }
+usage_lines=2,10 expect_limit=120 finish_limit=60 fail_tail=20
 # shellcheck source=test/examples/lib.sh
 . "$(dirname "$0")/lib.sh"
 if tcp; then mib=${4:-256}; else mib=${4:-64}; fi
-# The VM emulates AVX2 slowly (TCG): OpenSSL's SHA-256 runs about twice as fast without it.
+# The VM emulates AVX2 slowly (TCG): OpenSSL's SHA-256 (--checksum sha256) runs about twice as
+# fast without it.
 [ "${COVERBS_VM:-0}" != 1 ] || export OPENSSL_ia32cap=":~0x20"
 chmod 755 "$work"  # the permission checks run programs as nobody
 
@@ -39,7 +41,7 @@ only_files() {
     local dir=$1; shift
     [ "$(names "$dir" | sort | tr '\n' ' ')" = "$(printf '%s\n' "$@" | sed '/^$/d' | sort | tr '\n' ' ')" ]
 }
-sum() { sha256sum "$1" | cut -d' ' -f1; }
+sum() { xxh128sum "$1" 2>/dev/null | cut -d' ' -f1; }  # the programs' default checksum
 
 if tcp; then
     echo "== command line"
@@ -55,6 +57,7 @@ if tcp; then
     expect 2 "client send without a file" 'send needs a FILE' "$client" --connect "$addr" send
     expect 2 "client --as with two files" '--as goes with send and one FILE' "$client" --connect "$addr" send a b --as c
     expect 2 "client unknown transport" 'auto, rdma or tcp' "$client" --connect "$addr" --transport udp send x
+    expect 2 "client unknown checksum" 'xxh128 or sha256' "$client" --connect "$addr" --checksum md5 send x
 fi
 
 echo "== a $mib MiB file over $mode"
@@ -63,19 +66,28 @@ head -c "${mib}M" /dev/urandom >"$work/src/big.bin"
 want=$(sum "$work/src/big.bin")
 pass "made a random $mib MiB file"
 start_server "$work/srv"
-expect 0 "send $mib MiB" "^file_client: sent big.bin: $mib.0 MiB in .* MiB/s, sha256 $want$" \
+expect 0 "send $mib MiB" "^file_client: sent big.bin: $mib.0 MiB in .* MiB/s, xxh128 $want$" \
     "${to_server[@]}" send "$work/src/big.bin"
 out_has "^file_client: connected to .* over $mode$" "client reports $mode"
 out_has "^file_client: big.bin: [1-9]0% \(" "client shows progress lines"
-check "sha256sum of the server's copy matches" '[ "$(sum "$work/srv/big.bin")" = "$want" ]'
+check "xxh128sum of the server's copy matches" '[ "$(sum "$work/srv/big.bin")" = "$want" ]'
 check "server keeps no temporary file" 'only_files "$work/srv" big.bin'
-expect 0 "fetch $mib MiB" "^file_client: fetched big.bin: $mib.0 MiB in .* sha256 $want$" \
+expect 0 "fetch $mib MiB" "^file_client: fetched big.bin: $mib.0 MiB in .* xxh128 $want$" \
     "${to_server[@]}" fetch big.bin --to "$work/dl"
-check "sha256sum of the fetched copy matches" '[ "$(sum "$work/dl/big.bin")" = "$want" ]'
+check "xxh128sum of the fetched copy matches" '[ "$(sum "$work/dl/big.bin")" = "$want" ]'
 check "client keeps no temporary file" 'only_files "$work/dl" big.bin'
 cp "$log" "$work/out"
-out_has "received big.bin: $mib.0 MiB in .* sha256 $want$" "server logs the file received"
-out_has "sent big.bin: $mib.0 MiB in .* sha256 $want$" "server logs the file sent"
+out_has "received big.bin: $mib.0 MiB in .* xxh128 $want$" "server logs the file received"
+out_has "sent big.bin: $mib.0 MiB in .* xxh128 $want$" "server logs the file sent"
+
+head -c 3M "$work/src/big.bin" >"$work/src/part.bin"
+sha=$(sha256sum "$work/src/part.bin" | cut -d' ' -f1)
+expect 0 "send with --checksum sha256" "^file_client: sent part.bin: 3.0 MiB in .* sha256 $sha$" \
+    "${to_server[@]}" --checksum sha256 send "$work/src/part.bin"
+expect 0 "fetch with --checksum sha256" "^file_client: fetched part.bin: 3.0 MiB in .* sha256 $sha$" \
+    "${to_server[@]}" --checksum sha256 fetch part.bin --to "$work/dl"
+check "both copies match" 'cmp -s "$work/srv/part.bin" "$work/src/part.bin" && cmp -s "$work/dl/part.bin" "$work/src/part.bin"'
+rm "$work/srv/part.bin" "$work/dl/part.bin"
 
 mkdir "$work/several"
 printf 'one\n' >"$work/several/a.txt"
