@@ -9,8 +9,10 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -53,11 +55,10 @@ class checksum {
     if (kind == checksum_kind::sha256) {
       sha_.reset(EVP_MD_CTX_new());
       if (!sha_ || EVP_DigestInit_ex(sha_.get(), EVP_sha256(), nullptr) != 1)
-        throw std::runtime_error("cannot set up SHA-256 (OpenSSL)");
+        throw std::runtime_error("cannot set up sha256 (OpenSSL)");
     } else {
       xxh_.reset(XXH3_createState());
-      if (!xxh_ || XXH3_128bits_reset(xxh_.get()) != XXH_OK)
-        throw std::runtime_error("cannot set up XXH3-128");
+      if (!xxh_ || XXH3_128bits_reset(xxh_.get()) != XXH_OK) throw std::runtime_error("cannot set up xxh128");
     }
   }
   checksum_kind kind() const { return kind_; }
@@ -90,7 +91,7 @@ class checksum {
   struct free_xxh {
     void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
   };
-  checksum_kind kind_;
+  const checksum_kind kind_;  // read by the connection thread while the hash thread updates
   std::unique_ptr<EVP_MD_CTX, free_sha> sha_;
   std::unique_ptr<XXH3_state_t, free_xxh> xxh_;
 };

@@ -7,7 +7,7 @@
 //   receiver -> ready(window)            or error(reason)
 //   sender   -> data: RDMA WRITE with immediate into a free window slot (on both transports)
 //   receiver -> credit(slot)             after writing that slot to the file
-//   sender   -> done(digest)            of the checksum the client asked for
+//   sender   -> done(digest)             of the checksum the client asked for
 //   receiver -> ok                       once the file has its final name, or error(reason)
 //
 // An error before the data starts refuses that request only; one during the data ends the

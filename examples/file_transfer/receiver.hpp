@@ -65,6 +65,9 @@ class receiver {
       if (hash_ec) throw_hash_failure(name, check);
       if (auto wec = std::get<0>(written))
         throw transfer_error(transfer_error::origin::local, "cannot write " + name + ": " + wec.message());
+      if (std::get<1>(written) != data.size())  // a write of nothing, without an error
+        throw transfer_error(transfer_error::origin::local,
+                             "cannot write " + name + ": the file took no more");
       got += data.size();
       progress(got);
       // The last slot needs no credit: the sender waits for the verdict next.
@@ -76,8 +79,9 @@ class receiver {
     if (done.sum.kind != check)
       throw transfer_error(transfer_error::origin::connection, "the " + ch_.peer() + " broke the protocol");
     if (done.sum != sum) {
-      throw transfer_error(transfer_error::origin::local, "checksum mismatch for " + name + ": sent " +
-                                                              describe(done.sum) + ", received " + hex(sum));
+      throw transfer_error(
+          transfer_error::origin::local,
+          "checksum mismatch for " + name + ": sent " + describe(done.sum) + ", received " + describe(sum));
     }
     co_return sum;
   }

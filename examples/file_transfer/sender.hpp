@@ -31,7 +31,7 @@ class sender {
     hasher hash(ch_.socket().get_executor(), check);  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
     auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (ec) throw_hash_failure(name, hash.kind());
+    if (ec) throw_hash_failure(name, check);
     co_await ch_.send(msg::done(sum));
     for (;;) {  // credits still on their way are of no use now
       const message m = co_await ch_.receive();
