@@ -40,6 +40,8 @@ constexpr std::string_view usage =
     "  --slot-size BYTES  bytes per slot (default 1048576)\n"
     "  --timeout SECONDS  drop a client that shows no sign of life for this long (default 30)\n"
     "  --connections N    exit after serving N connections (default 0: until SIGINT or SIGTERM)\n"
+    "Each transfer is checked with the checksum the client asks for (file_client --checksum:\n"
+    "xxh128 or sha256), which the line that reports it names.\n"
     "Prints 'listening on ADDR:PORT (TRANSPORTS)' first, then a line when a connection opens or\n"
     "closes and when a transfer ends or fails.\n";
 

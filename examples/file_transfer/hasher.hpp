@@ -1,7 +1,7 @@
 // The checksum on a thread of its own, so that hashing one slot overlaps reading, sending and
 // writing the others: with the hash on the connection's thread, each side did one stage at a
-// time (in the VM SHA-256 ran at ~16 MiB/s, about as fast as rxe moves data, which halved the
-// rate; XXH3-128, the default now, runs at ~375 MiB/s there).
+// time (in the VM SHA-256 ran at ~16 MiB/s then, ~50 MiB/s on a later host, about as fast as
+// rxe moves data, which halved the rate; XXH3-128, the default now, runs at ~375 MiB/s there).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

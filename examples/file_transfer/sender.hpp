@@ -80,6 +80,7 @@ class sender {
     if (ec == asio::error::eof)
       throw transfer_error(transfer_error::origin::local, name + " shrank while being sent");
     if (ec) throw transfer_error(transfer_error::origin::local, "cannot read " + name + ": " + ec.message());
+    if (got != n) throw transfer_error(transfer_error::origin::local, name + " shrank while being sent");
   }
 
   asio::awaitable<void> send_window(asio::random_access_file& file, std::uint64_t size,
