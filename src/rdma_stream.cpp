@@ -263,11 +263,8 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   const bool direct_write_ended = direct && --direct_sends_ == 0;
   if (direct_write_ended) retired_regions_.clear();
   if (closed_) {
-    if (sends_posted_ == 0) {
-      finish_close();
-    } else if (!ec) {
-      flush_unsignalled_sends();
-    }
+    if (ec) fin_wanted_ = flush_wanted_ = false;  // the QP is in error: its flush ends every send
+    end_after_close();
   } else if (ec) {
     // A send that failed to post left the QP up, and the unsignalled sends posted before it
     // would then never complete: close() could not finish. A QP in error flushes them all
@@ -302,6 +299,17 @@ void rdma_stream::finish_close() {
   qp_->close();
 }
 
+template <class Handler>
+auto rdma_stream::counted(Handler handler) {
+  ++one_sided_in_flight_;
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  auto done = [self = shared_from_this(), handler = std::move(handler)](error_code ec, auto value) mutable {
+    --self->one_sided_in_flight_;
+    std::move(handler)(ec, value);
+  };
+  return boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done)));
+}
+
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
   using kind = one_sided_request::kind;
   if (request.op == kind::write_with_immediate) {
@@ -312,7 +320,7 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     waiting_immediates_.push_back({request, std::move(handler)});
     return;
   }
-  start_one_sided(std::move(handler), qp_->send_queue(),
+  start_one_sided(counted(std::move(handler)), qp_->send_queue(),
                   request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
                   request.remote);
 }
@@ -328,9 +336,8 @@ void rdma_stream::start_write_with_immediate(const one_sided_request& request, s
     if (ec) self->credit_unused();
     std::move(handler)(ec, n);
   };
-  start_one_sided(
-      boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done))),
-      qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local, request.remote, request.immediate);
+  start_one_sided(counted(boost::asio::bind_cancellation_slot(slot, std::move(done))), qp_->send_queue(),
+                  IBV_WR_RDMA_WRITE_WITH_IMM, request.local, request.remote, request.immediate);
 }
 
 void rdma_stream::credit_unused() {
@@ -359,8 +366,9 @@ void rdma_stream::fail(error_code ec, bool defer) {
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
   const bool add = request.op == one_sided_request::kind::fetch_add;
-  detail::start_atomic(std::move(handler), qp_->send_queue(), add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP,
-               request.local, request.remote, request.compare_add, request.swap);
+  detail::start_atomic(counted(std::move(handler)), qp_->send_queue(),
+                       add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
+                       request.remote, request.compare_add, request.swap);
 }
 
 std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights,
@@ -407,25 +415,37 @@ void rdma_stream::destroy_handlers() noexcept {
 void rdma_stream::close() {
   if (closed_) return;
   closed_ = true;
-  // A failed connection's QP is in the error state already: its flush (and the send queue's
-  // marker, see posting_queue::qp_in_error) completes every send.
-  flush_wanted_ = unsignalled_tail_ && !failed();
+  // Like closing a TCP socket: bytes already written still reach the peer, then the end of the
+  // stream, in band: the peer's DISCONNECTED would tell it as well, but the DREQ behind that
+  // event is one datagram, not resent once this side has destroyed its rdma_cm id, and a peer
+  // that missed it would wait for ever. Not while one-sided operations of this side's are in
+  // flight, though: they would complete before the FIN, and closing cancels them (the QP goes
+  // to the error state, as it did before the peer ever received a FIN). A failed connection's
+  // QP is in that state already: its flush (and the send queue's marker, see
+  // posting_queue::qp_in_error) completes every send. Nor while the execution context shuts
+  // down: a request posted after its completion service destroyed the handlers in flight would
+  // never be destroyed, and its handler owns this stream.
+  const bool healthy = connected() && !failed() && !qp_->send_queue().engine().abandoned();
+  fin_wanted_ = healthy && one_sided_in_flight_ == 0;
+  flush_wanted_ = healthy && !fin_wanted_ && unsignalled_tail_;
   fail(error::operation_aborted, true);
-  // Like closing a TCP socket, bytes already written still reach the peer: the QP stays up
-  // until the last send has been acknowledged (or has failed).
-  if (sends_posted_ == 0) {
-    finish_close();
-  } else {
-    flush_unsignalled_sends();
-  }
+  end_after_close();
 }
 
-// The sends at the tail of the queue raise no completion of their own: an empty control
-// message, signalled, raises theirs, once a control slot of the peer's is free.
-void rdma_stream::flush_unsignalled_sends() {
-  if (!flush_wanted_ || control_credits_ < 1) return;
-  flush_wanted_ = false;
-  post_send(no_buffer, {}, 0);
+// What close() still sends goes out once a control slot of the peer's is free (one comes back
+// with each control message's completion): the FIN, or an empty control message when the last
+// send raises no completion of its own. Either is signalled, so its completion also stands for
+// the unsignalled sends before it; every send after it is signalled too.
+void rdma_stream::end_after_close() {
+  if (sends_posted_ == 0 && (!fin_wanted_ || fin_sent_)) return finish_close();
+  if (control_credits_ < 1) return;
+  if (fin_wanted_ && !fin_sent_) {
+    fin_sent_ = true;
+    post_send(no_buffer, {}, stream_imm::fin_bit);
+  } else if (flush_wanted_) {
+    flush_wanted_ = false;
+    post_send(no_buffer, {}, 0);
+  }
 }
 
 }  // namespace coverbs::detail

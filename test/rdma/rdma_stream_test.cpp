@@ -120,6 +120,28 @@ BOOST_AUTO_TEST_CASE(close_completes_unsignalled_sends) {
   BOOST_TEST(p.service->outstanding() == 0u);
 }
 
+// close() ends the stream in band, as closing a TCP socket sends a FIN. No connection manager
+// joins this pair, so nothing else could tell b that a has gone (over rdma_cm the DREQ behind
+// DISCONNECTED would, but that datagram can be lost: docs/reliability.md); b still reads every
+// byte a wrote, then eof.
+BOOST_AUTO_TEST_CASE(close_ends_the_stream_in_band) {
+  rdma_socket_pair p;
+  std::vector<std::byte> sent(300 * 1024), received;
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<std::byte>(i % 251);
+  test::outcome wrote, read;
+  asio::async_write(p.a, asio::buffer(sent), test::record(wrote));
+  test::run_until_done(p.io, [&] { return wrote.done; });
+  BOOST_TEST_REQUIRE(!wrote.ec);
+  p.a.close();
+  asio::async_read(p.b, asio::dynamic_buffer(received), test::record(read));
+  test::run_until(
+      p.io, [&] { return read.done; }, std::chrono::seconds(10));
+  BOOST_TEST_REQUIRE(read.done);
+  BOOST_TEST((read.ec == asio::error::eof), read.ec.message());
+  BOOST_TEST(received.size() == sent.size());
+  BOOST_TEST((received == sent));
+}
+
 // A QP that fails after the peer acknowledged its unsignalled sends has nothing of theirs to
 // flush: they complete all the same (the send queue posts a signalled request behind them),
 // so the connection can be closed and its QP destroyed.

@@ -97,8 +97,14 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
   /// Whether the send about to take `index` raises a completion of its own.
   bool signal_send(std::uint32_t index, bool direct) const noexcept;
-  /// close(): makes the unsignalled sends at the tail of the queue complete.
-  void flush_unsignalled_sends();
+  /// After close(): sends what close() wants sent when it can, and closes the QP when no send
+  /// is in flight.
+  void end_after_close();
+  /// Whether set_peer() ran: the connection was established and the handshake accepted.
+  bool connected() const noexcept { return send_mr_.has_value(); }
+  /// `handler`, counted in one_sided_in_flight_ until it runs.
+  template <class Handler>
+  auto counted(Handler handler);
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec, bool direct);
   void send_control_messages();
@@ -134,6 +140,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
   bool unsignalled_tail_ = false;  ///< the last send posted raises no completion of its own
   bool flush_wanted_ = false;      ///< close() waits for such sends
+  std::uint32_t one_sided_in_flight_ = 0;  ///< this side's, started and not yet completed
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
   std::multimap<const std::byte*, const verbs::memory_region*> regions_by_address_;
