@@ -95,8 +95,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// `index`: the send-pool slot the message counts against (no_buffer: a control message);
   /// `direct`: `data` is the caller's memory, part of a write that transmit_direct took.
   void post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
-  /// Whether the send about to take `index` raises a completion of its own.
-  bool signal_send(std::uint32_t index, bool direct) const noexcept;
+  /// Whether the send about to take `index`, of `bytes` bytes, raises a completion of its own.
+  bool signal_send(std::uint32_t index, bool direct, std::size_t bytes) const noexcept;
   /// After close(): sends what close() wants sent when it can, and closes the QP when no send
   /// is in flight.
   void end_after_close();
