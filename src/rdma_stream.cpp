@@ -267,7 +267,12 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   const bool direct_write_ended = direct && --direct_sends_ == 0;
   if (direct_write_ended) retired_regions_.clear();
   if (closed_) {
-    if (ec) fin_wanted_ = flush_wanted_ = false;  // the QP is in error: its flush ends every send
+    if (ec) {
+      // A send that failed to post left the QP up (see below); in error, its flush (and the
+      // send queue's marker) ends every send still posted, unsignalled ones included.
+      fin_wanted_ = flush_wanted_ = false;
+      qp_->close();
+    }
     end_after_close();
   } else if (ec) {
     // A send that failed to post left the QP up, and the unsignalled sends posted before it

@@ -44,6 +44,11 @@ struct rdma_socket_pair : rdma_env {
     b.attach(sb, transport::rdma, {}, {});
   }
   ~rdma_socket_pair() {
+    // What rdma_cm's DISCONNECTED does for a connected pair: without it, an end of stream sent
+    // to a QP that has gone waits out its retries.
+    for (socket* s : {&a, &b}) {
+      if (auto impl = s->impl()) static_cast<detail::rdma_stream&>(*impl).peer_disconnected();
+    }
     a.close();
     b.close();
     for (auto* context : {&io, &peer_io}) {  // let the flushes release the streams
