@@ -218,10 +218,7 @@ void rdma_stream::release(std::uint32_t tag) {
 
 void rdma_stream::send_control_messages() {
   if (closed_ || failed()) return;
-  if (fin_wanted_ && !fin_sent_ && control_credits_ >= 1) {
-    fin_sent_ = true;
-    post_send(no_buffer, {}, stream_imm::fin_bit);
-  }
+  send_fin();
   // Report re-posted buffers once half the pool is back, unless data will carry them soon.
   if (credits_to_return_ >= std::max<std::uint32_t>(1, local_.buffers / 2) && control_credits_ >= 1) {
     post_send(no_buffer, {}, 0);
@@ -429,8 +426,8 @@ void rdma_stream::close() {
   // event is one datagram, not resent once this side has destroyed its rdma_cm id, and a peer
   // that missed it would wait for ever. Not while one-sided operations of this side's are in
   // flight, though: they would complete before the FIN, and closing cancels them (the QP goes
-  // to the error state, as it did before the peer ever received a FIN). A failed connection's
-  // QP is in that state already: its flush (and the send queue's marker, see
+  // to the error state once the stream's own sends are done, flushing them). A failed
+  // connection's QP is in that state already: its flush (and the send queue's marker, see
   // posting_queue::qp_in_error) completes every send. Nor while the execution context shuts
   // down: a request posted after its completion service destroyed the handlers in flight would
   // never be destroyed, and its handler owns this stream.
@@ -447,14 +444,17 @@ void rdma_stream::close() {
 // the unsignalled sends before it; every send after it is signalled too.
 void rdma_stream::end_after_close() {
   if (sends_posted_ == 0 && (!fin_wanted_ || fin_sent_)) return finish_close();
-  if (control_credits_ < 1) return;
-  if (fin_wanted_ && !fin_sent_) {
-    fin_sent_ = true;
-    post_send(no_buffer, {}, stream_imm::fin_bit);
-  } else if (flush_wanted_) {
+  send_fin();
+  if (flush_wanted_ && control_credits_ >= 1) {  // never wanted together with the FIN
     flush_wanted_ = false;
     post_send(no_buffer, {}, 0);
   }
+}
+
+void rdma_stream::send_fin() {
+  if (!fin_wanted_ || fin_sent_ || control_credits_ < 1) return;
+  fin_sent_ = true;
+  post_send(no_buffer, {}, stream_imm::fin_bit);
 }
 
 }  // namespace coverbs::detail

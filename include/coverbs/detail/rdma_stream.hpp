@@ -100,6 +100,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// After close(): sends what close() wants sent when it can, and closes the QP when no send
   /// is in flight.
   void end_after_close();
+  /// Posts the FIN if it is wanted, not sent yet, and a control slot of the peer's is free.
+  void send_fin();
   /// Whether set_peer() ran: the connection was established and the handshake accepted.
   bool connected() const noexcept { return send_mr_.has_value(); }
   /// `handler`, counted in one_sided_in_flight_ until it runs.
