@@ -136,6 +136,20 @@ void run_pair(shared_state& state, std::size_t connections, MakeAcceptor make_ac
   if (state.error) std::rethrow_exception(state.error);
 }
 
+/// A registration of `data` on `s`, held while a side sends from it, where the socket type
+/// registers memory (coverbs: its RDMA stream then sends registered bytes uncopied, as perftest
+/// sends from registered memory); nothing for a plain Asio socket.
+template <class Socket>
+auto register_if_possible(Socket& s, std::span<std::byte> data, bool wanted) {
+  if constexpr (requires { s.register_memory(data, {}); }) {
+    std::optional<decltype(s.register_memory(data, {}))> registration;
+    if (wanted) registration.emplace(s.register_memory(data, {}));
+    return registration;
+  } else {
+    return false;  // nothing registered
+  }
+}
+
 /// Ping-pong: the client sends a message and waits for the same size back, `warmup + count`
 /// times; samples are half round trips in µs, as perftest's latency tests report them.
 template <class Messages>
@@ -143,10 +157,12 @@ struct pingpong {
   std::size_t size, warmup, count;
   std::vector<double> samples;
   double allocations_per_trip = 0;  ///< both sides, measured iterations only
+  bool register_buffers = false;    ///< each side registers the buffer it sends from
 
   template <class Socket>
   awaitable<void> serve(Socket& s, std::size_t) {
     std::vector<std::byte> buffer(size);
+    [[maybe_unused]] const auto registration = register_if_possible(s, buffer, register_buffers);
     for (;;) {
       const std::size_t n = received_size(co_await Messages::receive(s, asio::buffer(buffer)));
       if (n == 0) break;
@@ -158,6 +174,7 @@ struct pingpong {
   template <class Socket>
   awaitable<void> client(Socket& s, std::size_t) {
     std::vector<std::byte> out(size, std::byte{0x5a}), in(size);
+    [[maybe_unused]] const auto registration = register_if_possible(s, out, register_buffers);
     samples.reserve(count);
     std::size_t allocated = 0;
     // One clock reading per round trip, each sample running from the previous one, as perftest
@@ -177,20 +194,6 @@ struct pingpong {
     s.close();
   }
 };
-
-/// A registration of `data` on `s`, held while the client writes from it, where the socket
-/// type registers memory (coverbs: its RDMA stream then sends registered bytes uncopied, as
-/// ib_write_bw sends from registered memory); nothing for a plain Asio socket.
-template <class Socket>
-auto register_if_possible(Socket& s, std::span<std::byte> data, bool wanted) {
-  if constexpr (requires { s.register_memory(data, {}); }) {
-    std::optional<decltype(s.register_memory(data, {}))> registration;
-    if (wanted) registration.emplace(s.register_memory(data, {}));
-    return registration;
-  } else {
-    return false;  // nothing registered
-  }
-}
 
 /// Streaming: each client writes `bytes` with asio::async_write calls of `size` bytes; each
 /// server reads them with async_read_some. The clock runs from the start (all connected)

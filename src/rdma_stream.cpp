@@ -28,8 +28,8 @@ struct rdma_stream::receive_done : buffer_request {
 };
 
 struct rdma_stream::send_done : buffer_request {
-  bool direct;
-  void operator()(error_code ec, std::size_t) { self->on_send(index, ec, direct); }
+  bool direct, message;
+  void operator()(error_code ec, std::size_t) { self->on_send(index, ec, direct, message); }
 };
 
 rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
@@ -115,7 +115,9 @@ void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::
     op.wr.send.imm_data = htonl(imm);
     if (!signalled) op.wr.send.send_flags = 0;
   };
-  detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct}, qp_->send_queue(), true, fill);
+  const bool message = (flags & stream_imm::message_bit) != 0;
+  detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct, message}, qp_->send_queue(),
+                              true, fill);
 }
 
 std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
@@ -160,8 +162,8 @@ rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers
 }
 
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  // A message fills one receive buffer: it cannot keep several SENDs in flight.
-  if (message || regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
+  if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
+  if (message) return transmit_direct_message(buffers);
   const located_pieces front = locate(buffers);
   std::size_t registered = 0;
   for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i)
@@ -175,7 +177,7 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
       if (free_send_.empty() || credits_ < 1) return total;
       const std::uint32_t index = take_send_slot();
       const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
-      ++direct_sends_;
+      ++direct_sends_[false];
       post_send(index, {const_cast<std::byte*>(data), n, front.regions[i]->lkey()}, 0, true);
       data += n;
       left -= n;
@@ -183,6 +185,22 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
     }
   }
   return total;
+}
+
+// A message fills one receive buffer, so it is one SEND whichever way it goes: from the
+// caller's registered memory it saves the copy into the send pool, and completes when the SEND
+// has (the device reads that memory until then). A message in several pieces would need a
+// gather list; it is copied.
+std::size_t rdma_stream::transmit_direct_message(const const_buffer_list& buffers) {
+  const located_pieces front = locate(buffers);
+  if (front.count != 1 || front.regions[0] == nullptr || front.pieces[0].size() > peer_.buffer_size) return 0;
+  if (free_send_.empty() || credits_ < 1) return 0;  // transmit waits for them as well
+  const auto n = static_cast<std::uint32_t>(front.pieces[0].size());
+  const auto* data = static_cast<const std::byte*>(front.pieces[0].data());
+  ++direct_sends_[true];
+  post_send(take_send_slot(), {const_cast<std::byte*>(data), n, front.regions[0]->lkey()},
+            stream_imm::message_bit, true);
+  return n;
 }
 
 std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const noexcept {
@@ -254,15 +272,15 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   capacity_available();
 }
 
-void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
+void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool message) {
   --sends_posted_;
   if (index != no_buffer) free_send_.push_back(index);
   if (index == no_buffer && !ec) ++control_credits_;
-  if (direct && ec && !direct_error_) direct_error_ = ec;
-  // The direct write ends when the device no longer reads the caller's memory: after its last
-  // send, failed ones included (a flushed request held the memory until its completion).
-  const bool direct_write_ended = direct && --direct_sends_ == 0;
-  if (direct_write_ended) retired_regions_.clear();
+  if (direct && ec && !direct_error_[message]) direct_error_[message] = ec;
+  // A direct write or message ends when the device no longer reads the caller's memory: after
+  // its last send, failed ones included (a flushed request held the memory until its completion).
+  const bool direct_ended = direct && --direct_sends_[message] == 0;
+  if (direct_ended && direct_sends_[!message] == 0) retired_regions_.clear();
   if (closed_) {
     if (ec) {
       // A send that failed to post left the QP up (see below); in error, its flush (and the
@@ -280,11 +298,11 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct) {
   } else {
     send_control_messages();
   }
-  if (direct_write_ended) {
-    const error_code first_error = std::exchange(direct_error_, {});
-    direct_done(false, first_error || !closed_
-                           ? first_error
-                           : error_code(error::operation_aborted));  // as close() ends writes
+  if (direct_ended) {
+    const error_code first_error = std::exchange(direct_error_[message], {});
+    direct_done(message, first_error || !closed_
+                             ? first_error
+                             : error_code(error::operation_aborted));  // as close() ends writes
   }
   if (!closed_ && !ec) capacity_available();
 }
@@ -406,8 +424,8 @@ void rdma_stream::deregister_memory(std::uint32_t handle) noexcept {
       break;
     }
   }
-  // A direct write may be sending from it: deregistering now would fail its sends.
-  if (direct_sends_ > 0) retired_regions_.push_back(std::move(it->second));
+  // A direct write or message may be sending from it: deregistering now would fail its sends.
+  if (direct_sends_[false] + direct_sends_[true] > 0) retired_regions_.push_back(std::move(it->second));
   regions_.erase(it);
 }
 

@@ -63,6 +63,11 @@ inline void socket_suite_registered_writes(transport kind, std::size_t size) {
   writes_from_registered_memory(p.io, p.a, p.b, size);
 }
 
+inline void socket_suite_registered_messages(transport kind) {
+  connected_pair p(kind);
+  messages_from_registered_memory(p.io, p.a, p.b);
+}
+
 /// The Asio echo program, unchanged, over coverbs types: several concurrent clients.
 inline void ported_echo(transport kind) {
   namespace asio = boost::asio;

@@ -170,8 +170,8 @@ inline asio::awaitable<void> expect_reported_then_marker(socket& b, const std::v
 /// Messages from below min_direct_bytes up to the largest, each gathered from two pieces and
 /// followed by a few stream bytes: the peer receives each whole, in order, with the stream
 /// bytes between them. Over TCP a message of min_direct_bytes or more goes out from the
-/// caller's memory (direct_bytes_written counts it); over RDMA a message fills one receive
-/// buffer and is copied.
+/// caller's memory (direct_bytes_written counts it); over RDMA these, in unregistered memory,
+/// are copied (messages_from_registered_memory has the uncopied ones).
 inline void large_messages_between_stream_writes(asio::io_context& io, socket& a, socket& b) {
   constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
   const std::size_t largest = a.impl()->max_message_size();
@@ -461,6 +461,67 @@ inline void writes_from_registered_memory(asio::io_context& io, socket& a, socke
   } else {
     BOOST_TEST(direct > 0u);
   }
+}
+
+/// Messages from memory registered on the connection. Over RDMA one of min_direct_bytes or
+/// more in one registered piece goes out uncopied (direct_bytes_written counts it) and
+/// completes once the device no longer reads it, so the sender overwrites its buffer as soon as
+/// a send completes; a smaller one, and one gathered from two pieces, are copied. Over TCP
+/// every message of min_direct_bytes or more goes out from the caller's memory. The peer
+/// receives each whole and in order; the last, cancelled at once, cannot be recalled.
+inline void messages_from_registered_memory(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
+  const std::size_t largest = a.impl()->max_message_size();
+  struct message_case {
+    std::size_t size;
+    bool gathered;
+  };
+  const std::vector<message_case> cases{{direct, false}, {largest, false}, {direct - 1, false},
+                                        {largest, true}, {direct, false},  {largest, false}};
+  std::vector<std::vector<std::byte>> contents;
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    contents.push_back(random_bytes(cases[i].size, 30 + unsigned(i)));
+  std::vector<std::byte> source(largest);
+  const registered_memory region = a.register_memory(source, verbs::access::none);
+  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    auto writer = [&]() -> asio::awaitable<void> {
+      for (std::size_t i = 0; i + 1 < cases.size(); ++i) {
+        const std::size_t size = cases[i].size, half = cases[i].gathered ? size / 2 : size;
+        std::copy(contents[i].begin(), contents[i].end(), source.begin());
+        const std::array<asio::const_buffer, 2> pieces{asio::buffer(source.data(), half),
+                                                       asio::buffer(source.data() + half, size - half)};
+        const std::size_t sent = co_await a.async_send(pieces, asio::use_awaitable);
+        BOOST_TEST(sent == size);
+        std::fill(source.begin(), source.end(), std::byte{0xee});  // the send no longer reads it
+      }
+      std::copy(contents.back().begin(), contents.back().end(), source.begin());
+      asio::cancellation_signal signal;
+      write_outcome outcome;
+      a.async_send(asio::buffer(source.data(), cases.back().size),
+                   asio::bind_cancellation_slot(
+                       signal.slot(), [&](error_code ec, std::size_t n) { outcome.emplace(ec, n); }));
+      signal.emit(asio::cancellation_type::terminal);
+      while (!outcome) co_await asio::post(io, asio::use_awaitable);
+      BOOST_TEST(!outcome->first, "a send from registered memory was recalled: " << outcome->first.message());
+      BOOST_TEST(outcome->second == cases.back().size);
+    };
+    auto reader = [&]() -> asio::awaitable<void> {
+      std::vector<std::byte> got(largest);
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        const std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
+        BOOST_TEST_REQUIRE(n == cases[i].size);
+        BOOST_TEST(std::equal(contents[i].begin(), contents[i].end(), got.begin()), "message " << i);
+      }
+    };
+    co_await (writer() && reader());
+  });
+  std::uint64_t expected = 0;
+  for (const auto& c : cases) {
+    const bool uncopied = c.size >= direct && (a.transport_in_use() == transport::tcp || !c.gathered);
+    if (uncopied) expected += c.size;
+  }
+  BOOST_TEST(a.impl()->direct_bytes_written() - direct_before == expected);
 }
 
 /// A write from registered memory (over RDMA sent uncopied, the SENDs reading the caller's

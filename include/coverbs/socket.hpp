@@ -153,7 +153,9 @@ class socket {
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
   /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, the
-  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`.
+  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`. One of
+  /// 16 KiB or more from a single buffer registered on the connection goes out uncopied over
+  /// RDMA and completes once the device has read it.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
                   CompletionToken&& token = detail::default_socket_token()) {

@@ -29,6 +29,9 @@ BOOST_AUTO_TEST_CASE(cancelled_registered_write) {
 BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::rdma, 4 << 20);
 }
+BOOST_AUTO_TEST_CASE(registered_messages) {
+  test::socket_suite_registered_messages(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }

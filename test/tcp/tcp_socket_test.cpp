@@ -28,6 +28,9 @@ BOOST_AUTO_TEST_CASE(cancelled_registered_write) {
 BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::tcp, 32 << 20);
 }
+BOOST_AUTO_TEST_CASE(registered_messages) {
+  test::socket_suite_registered_messages(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::tcp); }
 BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
   // The same source the coverbs tests instantiate, here with Asio's own TCP types.

@@ -87,6 +87,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
     std::size_t count;
   };
   located_pieces locate(const const_buffer_list& buffers) const noexcept;
+  /// transmit_direct for a message: one SEND from the region that holds all of it, if one does.
+  std::size_t transmit_direct_message(const const_buffer_list& buffers);
   /// Bytes of a stream write before the next piece that transmit_direct would send.
   std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
   /// The region registered on this connection that holds all of `bytes`, if one does.
@@ -108,7 +110,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   template <class Handler>
   auto counted(Handler handler);
   void on_receive(std::uint32_t index, error_code ec, received r);
-  void on_send(std::uint32_t index, error_code ec, bool direct);
+  void on_send(std::uint32_t index, error_code ec, bool direct, bool message);
   void send_control_messages();
   void finish_close();
   std::uint32_t take_credits() noexcept;
@@ -146,10 +148,11 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
   std::multimap<const std::byte*, const verbs::memory_region*> regions_by_address_;
-  /// Sends of the direct write in flight, and the first error one of them met.
-  std::uint32_t direct_sends_ = 0;
-  error_code direct_error_;
-  /// Regions deregistered while a direct write may still read them: freed when it ends.
+  /// Sends in flight of the direct write ([false]) and the direct message ([true]), and the
+  /// first error one of them met.
+  std::array<std::uint32_t, 2> direct_sends_{};
+  std::array<error_code, 2> direct_error_{};
+  /// Regions deregistered while a direct send may still read them: freed when none is left.
   std::vector<std::unique_ptr<verbs::memory_region>> retired_regions_;
   fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
 };
