@@ -27,9 +27,10 @@ constexpr std::string_view usage_tail =
     "                  library answers them), post to completion per sample (default send)\n"
     "  --iterations N  measured samples per case (default 1000)\n"
     "  --warmup N      unmeasured samples first (default 50)\n"
-    "  --copy-sends    ping-pong: the buffers sent from are not registered on the connection\n"
-    "                  (default: they are, as ib_send_lat sends from registered memory; over\n"
-    "                  RDMA a registered message of 16 KiB or more then goes out uncopied)\n"
+    "  --copy-sends    ping-pong: messages are copied into the socket's send buffers (default:\n"
+    "                  each side registers the buffer it sends from and sets the socket option\n"
+    "                  zero_copy_messages, so that over RDMA a message of 16 KiB or more goes\n"
+    "                  out uncopied, as ib_send_lat sends from registered memory)\n"
     "  --quick         20 samples, 2 of warm-up: only checks that every case runs\n";
 
 struct options {
@@ -70,6 +71,7 @@ options parse(int argc, char** argv) {
       usage_error(program, "unknown option '" + std::string(arg) + "'");
     }
   }
+  o.net.defaults.zero_copy_messages = !o.copy_sends;
   const std::size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
   if (std::find(o.ops.begin(), o.ops.end(), "send") != o.ops.end() && largest > o.net.defaults.buffer_size) {
     usage_error(program, "a send of " + std::to_string(largest) + " bytes does not fit a stream buffer of " +

@@ -30,6 +30,7 @@ std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& o
   auto qp = std::make_unique<async_queue_pair>(*res->service,
                                                res->id.create_queue_pair(*res->service, *res->pd, qp_options));
   auto stream = std::make_shared<rdma_stream>(res, std::move(qp), *res->pd, local_geometry(options));
+  stream->set_zero_copy_messages(options.zero_copy_messages);
   stream->start();
   return stream;
 }

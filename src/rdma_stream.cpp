@@ -163,7 +163,7 @@ rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers
 
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
   if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
-  if (message) return transmit_direct_message(buffers);
+  if (message) return zero_copy_messages_ ? transmit_direct_message(buffers) : 0;
   const located_pieces front = locate(buffers);
   std::size_t registered = 0;
   for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i)
@@ -189,8 +189,8 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
 
 // A message fills one receive buffer, so it is one SEND whichever way it goes: from the
 // caller's registered memory it saves the copy into the send pool, and completes when the SEND
-// has (the device reads that memory until then). A message in several pieces would need a
-// gather list; it is copied.
+// has (the device reads that memory until then), so a socket's messages then go one per round
+// trip; hence an option. A message in several pieces would need a gather list; it is copied.
 std::size_t rdma_stream::transmit_direct_message(const const_buffer_list& buffers) {
   const located_pieces front = locate(buffers);
   if (front.count != 1 || front.regions[0] == nullptr || front.pieces[0].size() > peer_.buffer_size) return 0;

@@ -63,9 +63,10 @@ inline void socket_suite_registered_writes(transport kind, std::size_t size) {
   writes_from_registered_memory(p.io, p.a, p.b, size);
 }
 
-inline void socket_suite_registered_messages(transport kind) {
-  connected_pair p(kind);
+inline void socket_suite_registered_messages(transport kind, bool zero_copy) {
+  connected_pair p(kind, {.zero_copy_messages = zero_copy});
   messages_from_registered_memory(p.io, p.a, p.b);
+  if (zero_copy) uncopied_message_and_write_at_once(p.io, p.a, p.b);
 }
 
 /// The Asio echo program, unchanged, over coverbs types: several concurrent clients.

@@ -42,6 +42,12 @@ struct socket_options {
   std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
   std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
   std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
+  /// RDMA: an `async_send` of 16 KiB or more from one buffer registered on the connection goes
+  /// out from that buffer, not a copy, and completes when the peer has acknowledged it: less
+  /// latency for large requests and replies, but back-to-back sends then move one per round
+  /// trip, where copied ones keep up to `receive_buffers` in flight. (TCP sends such messages
+  /// from the caller's memory either way.)
+  bool zero_copy_messages = false;
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.
   /// One-sided operations (reads, writes, atomics) a connection holds at once, queued or on the
@@ -153,9 +159,8 @@ class socket {
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
   /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, the
-  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`. One of
-  /// 16 KiB or more from a single buffer registered on the connection goes out uncopied over
-  /// RDMA and completes once the device has read it.
+  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`. See
+  /// `socket_options::zero_copy_messages` for large messages from registered memory.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
                   CompletionToken&& token = detail::default_socket_token()) {

@@ -30,7 +30,10 @@ BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::rdma, 4 << 20);
 }
 BOOST_AUTO_TEST_CASE(registered_messages) {
-  test::socket_suite_registered_messages(transport::rdma);
+  test::socket_suite_registered_messages(transport::rdma, false);
+}
+BOOST_AUTO_TEST_CASE(zero_copy_messages) {
+  test::socket_suite_registered_messages(transport::rdma, true);
 }
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }

@@ -29,7 +29,10 @@ BOOST_AUTO_TEST_CASE(registered_writes) {
   test::socket_suite_registered_writes(transport::tcp, 32 << 20);
 }
 BOOST_AUTO_TEST_CASE(registered_messages) {
-  test::socket_suite_registered_messages(transport::tcp);
+  test::socket_suite_registered_messages(transport::tcp, false);
+}
+BOOST_AUTO_TEST_CASE(zero_copy_messages) {
+  test::socket_suite_registered_messages(transport::tcp, true);
 }
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::tcp); }
 BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {

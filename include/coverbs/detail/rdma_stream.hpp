@@ -55,6 +55,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// What to do once close() has let the last send finish (rdma_cm: disconnect, so the peer
   /// learns); without one the QP is simply moved to ERROR.
   void on_close(std::function<void()> disconnect) { disconnect_ = std::move(disconnect); }
+  /// Whether large messages from registered memory go out uncopied (see
+  /// socket_options::zero_copy_messages).
+  void set_zero_copy_messages(bool on) noexcept { zero_copy_messages_ = on; }
   void shutdown_send() override;
   void close() override;
   std::size_t max_message_size() const noexcept override { return peer_.buffer_size; }
@@ -80,7 +83,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
   /// The fewest registered bytes a write must start with to go out uncopied.
   std::size_t direct_threshold() const noexcept;
-  /// The pieces at the front of a stream write, each with the region that holds it (or null).
+  /// The pieces at the front of a write or message, each with the region that holds it (or null).
   struct located_pieces {
     std::array<boost::asio::const_buffer, const_buffer_list::capacity> pieces;
     std::array<const verbs::memory_region*, const_buffer_list::capacity> regions;
@@ -142,6 +145,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::uint32_t credits_to_return_ = 0;  ///< our re-posted buffers not yet reported
   std::uint32_t control_credits_ = control_slots;
   bool fin_wanted_ = false, fin_sent_ = false, closed_ = false, close_finished_ = false;
+  bool zero_copy_messages_ = false;
   bool unsignalled_tail_ = false;  ///< the last send posted raises no completion of its own
   bool flush_wanted_ = false;      ///< close() waits for such sends
   std::uint32_t one_sided_in_flight_ = 0;  ///< this side's, started and not yet completed

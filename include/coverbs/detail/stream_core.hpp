@@ -124,13 +124,13 @@ class stream_core : public handler_holder {
   virtual void close() = 0;
   /// Largest message `send_message` carries.
   virtual std::size_t max_message_size() const noexcept = 0;
-  /// Transports send stream writes (TCP: and messages) of at least this many bytes from the
+  /// Transports send stream writes and messages of at least this many bytes from the
   /// caller's memory where they can: below it, copying into a buffer that several writes share
   /// costs less than a system call or work request per write.
   static constexpr std::size_t min_direct_bytes = 16 * 1024;
   /// Bytes written or sent so far from the caller's own memory, without a copy (RDMA: stream
-  /// writes from memory registered on this connection; TCP: writes and messages of
-  /// `min_direct_bytes` or more).
+  /// writes, and with zero_copy_messages messages, from memory registered on this connection;
+  /// TCP: writes and messages of `min_direct_bytes` or more).
   std::uint64_t direct_bytes_written() const noexcept { return direct_total_; }
   /// Bytes read so far from the wire straight into a waiting reader's buffers (TCP only: RDMA
   /// receives into its pooled buffers).
