@@ -137,8 +137,9 @@ void run_pair(shared_state& state, std::size_t connections, MakeAcceptor make_ac
 }
 
 /// A registration of `data` on `s`, held while a side sends from it, where the socket type
-/// registers memory (coverbs: its RDMA stream then sends registered bytes uncopied, as perftest
-/// sends from registered memory); nothing for a plain Asio socket.
+/// registers memory (coverbs over RDMA: large stream writes from it, and with
+/// zero_copy_messages large messages, go out uncopied, as perftest sends from registered
+/// memory); nothing for a plain Asio socket.
 template <class Socket>
 auto register_if_possible(Socket& s, std::span<std::byte> data, bool wanted) {
   if constexpr (requires { s.register_memory(data, {}); }) {

@@ -27,10 +27,11 @@ constexpr std::string_view usage_tail =
     "                  library answers them), post to completion per sample (default send)\n"
     "  --iterations N  measured samples per case (default 1000)\n"
     "  --warmup N      unmeasured samples first (default 50)\n"
-    "  --copy-sends    ping-pong: messages are copied into the socket's send buffers (default:\n"
-    "                  each side registers the buffer it sends from and sets the socket option\n"
-    "                  zero_copy_messages, so that over RDMA a message of 16 KiB or more goes\n"
-    "                  out uncopied, as ib_send_lat sends from registered memory)\n"
+    "  --copy-sends    ping-pong over RDMA: messages are copied into the socket's send buffers\n"
+    "                  (default: each side registers the buffer it sends from and sets the\n"
+    "                  socket option zero_copy_messages, so that a message of 16 KiB or more\n"
+    "                  goes out uncopied, as ib_send_lat sends from registered memory; over TCP\n"
+    "                  such messages go from the caller's memory either way)\n"
     "  --quick         20 samples, 2 of warm-up: only checks that every case runs\n";
 
 struct options {

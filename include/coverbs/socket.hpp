@@ -46,7 +46,8 @@ struct socket_options {
   /// out from that buffer, not a copy, and completes when the peer has acknowledged it: less
   /// latency for large requests and replies, but back-to-back sends then move one per round
   /// trip, where copied ones keep up to `receive_buffers` in flight. (TCP sends such messages
-  /// from the caller's memory either way.)
+  /// from the caller's memory either way.) Like the other options, an accepted connection
+  /// takes the acceptor's.
   bool zero_copy_messages = false;
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.
