@@ -95,14 +95,25 @@ std::error_code decode_header(std::span<const std::byte, header_size> bytes, fra
   const std::byte* p = bytes.data();
   const auto version = std::to_integer<std::uint8_t>(p[0]);
   const auto type = std::to_integer<std::uint8_t>(p[1]);
-  // Stream data, nearly every frame of a busy connection: the rules below reduce to a
-  // non-empty payload within the limit and every other field zero.
-  if (type == static_cast<std::uint8_t>(frame_type::data) && version == protocol_version) {
+  // Stream data and messages, nearly every frame of a busy connection: the rules below reduce
+  // to a payload within the limit (data: not empty; a message's: within its length at 28,
+  // empty only for an empty message) and every other field zero.
+  const bool is_data = type == static_cast<std::uint8_t>(frame_type::data);
+  const bool is_message = type == static_cast<std::uint8_t>(frame_type::message);
+  if ((is_data || is_message) && version == protocol_version) {
     const auto payload_length = get_le<std::uint32_t>(p + 4);
-    std::uint64_t others = get_le<std::uint16_t>(p + 2);
-    for (std::size_t at = 8; at < header_size; at += 8) others |= get_le<std::uint64_t>(p + at);
-    if (others != 0 || payload_length == 0 || payload_length > max_payload) return errc::malformed_frame;
-    out = frame_header{.version = version, .type = frame_type::data, .payload_length = payload_length};
+    const std::uint32_t length = get_le<std::uint32_t>(p + 28);
+    std::uint64_t others =
+        get_le<std::uint16_t>(p + 2) | get_le<std::uint32_t>(p + 24) | (is_data ? length : 0);
+    for (std::size_t at = 8; at < 24; at += 8) others |= get_le<std::uint64_t>(p + at);
+    for (std::size_t at = 32; at < header_size; at += 8) others |= get_le<std::uint64_t>(p + at);
+    const bool sized =
+        is_data ? payload_length != 0 : payload_length <= length && (payload_length != 0 || length == 0);
+    if (others != 0 || !sized || payload_length > max_payload) return errc::malformed_frame;
+    out = frame_header{.version = version,
+                       .type = static_cast<frame_type>(type),
+                       .payload_length = payload_length,
+                       .length = is_message ? length : 0};
     return {};
   }
   const auto raw_status = get_le<std::uint32_t>(p + 52);
