@@ -175,10 +175,8 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
     const auto* data = static_cast<const std::byte*>(front.pieces[i].data());
     for (std::size_t left = front.pieces[i].size(); left > 0;) {
       if (free_send_.empty() || credits_ < 1) return total;
-      const std::uint32_t index = take_send_slot();
       const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
-      ++direct_sends_[false];
-      post_send(index, {const_cast<std::byte*>(data), n, front.regions[i]->lkey()}, 0, true);
+      post_direct(data, n, *front.regions[i], false);
       data += n;
       left -= n;
       total += n;
@@ -196,11 +194,15 @@ std::size_t rdma_stream::transmit_direct_message(const const_buffer_list& buffer
   if (front.count != 1 || front.regions[0] == nullptr || front.pieces[0].size() > peer_.buffer_size) return 0;
   if (free_send_.empty() || credits_ < 1) return 0;  // transmit waits for them as well
   const auto n = static_cast<std::uint32_t>(front.pieces[0].size());
-  const auto* data = static_cast<const std::byte*>(front.pieces[0].data());
-  ++direct_sends_[true];
-  post_send(take_send_slot(), {const_cast<std::byte*>(data), n, front.regions[0]->lkey()},
-            stream_imm::message_bit, true);
+  post_direct(static_cast<const std::byte*>(front.pieces[0].data()), n, *front.regions[0], true);
   return n;
+}
+
+void rdma_stream::post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region,
+                              bool message) {
+  ++direct_sends_[message];
+  post_send(take_send_slot(), {const_cast<std::byte*>(data), n, region.lkey()},
+            message ? stream_imm::message_bit : 0, true);
 }
 
 std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const noexcept {

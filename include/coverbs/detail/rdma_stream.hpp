@@ -92,6 +92,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   located_pieces locate(const const_buffer_list& buffers) const noexcept;
   /// transmit_direct for a message: one SEND from the region that holds all of it, if one does.
   std::size_t transmit_direct_message(const const_buffer_list& buffers);
+  /// One SEND of `n` bytes at `data`, in `region`, counted as a direct write's or message's.
+  void post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region, bool message);
   /// Bytes of a stream write before the next piece that transmit_direct would send.
   std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
   /// The region registered on this connection that holds all of `bytes`, if one does.
