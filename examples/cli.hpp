@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -138,6 +139,16 @@ int run_server(std::string_view program, const Options& opt) {
     std::cerr << program << ": " << describe(e) << "\n";
     return 1;
   }
+}
+
+/// Stops waiting for SIGINT and SIGTERM once a program has nothing left to stop, so that
+/// `io_context::run` can return, and gives the signals back their default action: should the
+/// rest of the shutdown stall, a signal still ends the program instead of being caught by a
+/// handler that no longer runs.
+inline void release_signals(boost::asio::signal_set& signals) {
+  boost::system::error_code ignored;
+  signals.cancel(ignored);
+  signals.clear(ignored);
 }
 
 /// Whether an accept failed for want of descriptors or memory, in the process or the system:

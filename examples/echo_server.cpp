@@ -150,7 +150,7 @@ class server {
   // the only thing left that would keep io_context::run() going.
   void finish_if_idle() {
     if (live_.empty() && (stopping_ || (limit_ != 0 && accepted_ == limit_))) {
-      signals_.cancel();
+      cli::release_signals(signals_);
       if (!reported_) say("served ", accepted_, " connection(s)");
       reported_ = true;
     }

@@ -150,7 +150,7 @@ class server {
                        }
                        live_.erase(id);
                        say("[", id, "] closed: ", why);
-                       if (stopping_ && live_.empty()) signals_.cancel();
+                       if (stopping_ && live_.empty()) cli::release_signals(signals_);
                      });
     }
   }
@@ -250,7 +250,7 @@ class server {
     say("stopping (", why, "), closing ", live_.size(), " connection(s)");
     acceptor_.close();
     for (auto& entry : live_) entry.second.close();  // sessions end with operation_aborted
-    if (live_.empty()) signals_.cancel();
+    if (live_.empty()) cli::release_signals(signals_);
   }
 
   coverbs::acceptor acceptor_;

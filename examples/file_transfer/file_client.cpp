@@ -140,7 +140,7 @@ class client {
         }
       }
       ch_ = nullptr;
-      signals_.cancel();
+      cli::release_signals(signals_);
     });
     signals_.async_wait([this](boost::system::error_code ec, int signal) {
       if (ec) return;

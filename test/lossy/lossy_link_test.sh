@@ -50,7 +50,7 @@ HEAD
 { job_head; cat <<JOB; } >"$work/server-job"
 shape_link || exit 90
 # Two clients of two connections each: one over RDMA, one over TCP.
-timeout 400 "$server" --listen $server_ip --port $echo_port --connections 4
+timeout -k 10 400 "$server" --listen $server_ip --port $echo_port --connections 4
 rc=\$?
 echo "link drops: \$(drops 10:)"
 echo "DREQs dropped: \$(drops 20:)"
