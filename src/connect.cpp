@@ -31,6 +31,7 @@ std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& o
                                                res->id.create_queue_pair(*res->service, *res->pd, qp_options));
   auto stream = std::make_shared<rdma_stream>(res, std::move(qp), *res->pd, local_geometry(options));
   stream->set_zero_copy_messages(options.zero_copy_messages);
+  stream->set_close_timeout(options.close_timeout);
   stream->start();
   return stream;
 }

@@ -321,6 +321,7 @@ void rdma_stream::peer_disconnected() {
 void rdma_stream::finish_close() {
   if (close_finished_) return;
   close_finished_ = true;
+  if (close_timer_) close_timer_->cancel();
   if (disconnect_) disconnect_();
   qp_->close();
 }
@@ -456,6 +457,22 @@ void rdma_stream::close() {
   flush_wanted_ = healthy && !fin_wanted_ && unsignalled_tail_;
   fail(error::operation_aborted, true);
   end_after_close();
+  // Not once the context shuts down: nothing completes then, and the stream goes with it.
+  if (!close_finished_ && !qp_->send_queue().engine().abandoned()) start_close_timer();
+}
+
+// What close() still sends normally completes within a round trip, or fails once the QP's
+// retries run out; but a peer whose QP is up and posts no receive (a stopped process) answers
+// receiver-not-ready, which the QP retries for ever, and Soft-RoCE was seen to leave a FIN
+// that the peer had received unacknowledged for good once that peer had gone (the lossy-link
+// test). Either would keep this stream, its QP and io_context::run alive: past the timeout
+// the connection is dropped, and the QP in error flushes what is still posted.
+void rdma_stream::start_close_timer() {
+  close_timer_.emplace(get_executor(), close_timeout_);
+  // Not in the stream's operation memory: the stream may be gone before the aborted wait is.
+  close_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec) self->finish_close();
+  });
 }
 
 // What close() still sends goes out once a control slot of the peer's is free (one comes back

@@ -17,8 +17,10 @@ struct rdma_socket_pair : rdma_env {
   socket a{io};
   socket b;
 
+  /// `peer_receives` false: b never posts its receive pool (a stopped peer, say), so every
+  /// send of a's meets receiver-not-ready, which its QP retries for ever.
   explicit rdma_socket_pair(detail::stream_geometry geometry = {}, polling_mode mode = polling_mode::event,
-                            peer_context where = peer_context::shared)
+                            peer_context where = peer_context::shared, bool peer_receives = true)
       : service(
             std::make_shared<completion_service>(io.get_executor(), dev, completion_options{.mode = mode})),
         peer_service(where == peer_context::own
@@ -37,7 +39,7 @@ struct rdma_socket_pair : rdma_env {
     auto sb = std::make_shared<detail::rdma_stream>(std::make_shared<kept>(peer_service, pd), std::move(qb),
                                                     *pd, geometry);
     sa->start();
-    sb->start();
+    if (peer_receives) sb->start();
     sa->set_peer(geometry);
     sb->set_peer(geometry);
     a.attach(sa, transport::rdma, {}, {});

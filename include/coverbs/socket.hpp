@@ -49,6 +49,11 @@ struct socket_options {
   /// from the caller's memory either way.) Like the other options, an accepted connection
   /// takes the acceptor's.
   bool zero_copy_messages = false;
+  /// RDMA: how long `close()` lets the bytes already written, and then the end of the stream,
+  /// reach the peer before it drops the connection (as a lingering TCP close resets it). A
+  /// peer that is gone or stopped could otherwise hold the connection's QP and memory, and
+  /// keep `io_context::run` from returning, for ever. (Over TCP the kernel does this part.)
+  std::chrono::milliseconds close_timeout{10000};
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.
   /// One-sided operations (reads, writes, atomics) a connection holds at once, queued or on the

@@ -73,6 +73,29 @@ BOOST_AUTO_TEST_CASE(close) {
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b, false);
 }
 
+// A peer that takes nothing (its QP up, no receive posted: a stopped process) answers every
+// send with receiver-not-ready, which the QP retries for ever: close() gives up on what it
+// still has to send once its timeout has passed, and the flush then ends every request.
+BOOST_AUTO_TEST_CASE(close_gives_up_on_a_peer_that_takes_nothing) {
+  rdma_socket_pair p({}, polling_mode::event, test::peer_context::own, false);
+  static_cast<detail::rdma_stream&>(*p.a.impl()).set_close_timeout(std::chrono::milliseconds(1500));
+  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
+    const std::array<char, 100> data{};
+    co_await asio::async_write(p.a, asio::buffer(data), asio::use_awaitable);  // copied: done at once
+  });
+  const auto closed_at = std::chrono::steady_clock::now();
+  p.a.close();
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(1000));
+  BOOST_TEST(p.service->outstanding() > 0u);  // the write and the FIN, retried
+  test::run_until(
+      p.io, [&] { return p.service->outstanding() == 0; }, std::chrono::seconds(10));
+  BOOST_TEST(p.service->outstanding() == 0u);
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - closed_at);
+  BOOST_TEST(waited.count() >= 1500);
+}
+
 // `round_trips` message ping-pongs of `size` bytes between a and b; the completions polled.
 static std::size_t completions_of_ping_pong(rdma_socket_pair& p, std::size_t size, std::size_t round_trips) {
   const std::size_t before = p.service->completions();

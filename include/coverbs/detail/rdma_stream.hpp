@@ -4,6 +4,8 @@
 #pragma once
 
 #include <array>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,6 +60,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// Whether large messages from registered memory go out uncopied (see
   /// socket_options::zero_copy_messages).
   void set_zero_copy_messages(bool on) noexcept { zero_copy_messages_ = on; }
+  /// How long close() waits for what it still sends before it drops the connection (see
+  /// socket_options::close_timeout).
+  void set_close_timeout(std::chrono::milliseconds timeout) noexcept { close_timeout_ = timeout; }
   void shutdown_send() override;
   void close() override;
   std::size_t max_message_size() const noexcept override { return peer_.buffer_size; }
@@ -118,6 +123,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void on_send(std::uint32_t index, error_code ec, bool direct, bool message);
   void send_control_messages();
   void finish_close();
+  /// Drops the connection if close() has not finished within close_timeout_.
+  void start_close_timer();
   std::uint32_t take_credits() noexcept;
   /// A free send-pool slot (the caller checked there is one): every stream send holds one.
   std::uint32_t take_send_slot() noexcept;
@@ -142,6 +149,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   verbs::memory_region receive_mr_;
   std::optional<verbs::memory_region> send_mr_;
   std::function<void()> disconnect_;
+  std::chrono::milliseconds close_timeout_{10000};
+  std::optional<boost::asio::steady_timer> close_timer_;  ///< from close() until finish_close()
   std::vector<std::uint32_t> free_send_;
   std::uint32_t credits_ = 0;           ///< peer receive buffers we may still fill
   std::uint32_t credits_to_return_ = 0;  ///< our re-posted buffers not yet reported
