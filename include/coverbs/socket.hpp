@@ -52,7 +52,8 @@ struct socket_options {
   /// RDMA: how long `close()` lets the bytes already written, and then the end of the stream,
   /// reach the peer before it drops the connection (as a lingering TCP close resets it). A
   /// peer that is gone or stopped could otherwise hold the connection's QP and memory, and
-  /// keep `io_context::run` from returning, for ever. (Over TCP the kernel does this part.)
+  /// keep `io_context::run` from returning, for ever. Zero drops it at once, as a close with
+  /// SO_LINGER 0 does (it is not "no limit"). (Over TCP the kernel does this part.)
   std::chrono::milliseconds close_timeout{10000};
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.

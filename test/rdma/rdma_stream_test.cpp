@@ -94,6 +94,28 @@ BOOST_AUTO_TEST_CASE(close_gives_up_on_a_peer_that_takes_nothing) {
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - closed_at);
   BOOST_TEST(waited.count() >= 1500);
+  BOOST_TEST(waited.count() < 5000);  // its own timeout, not the default 10 s
+}
+
+// A close that can finish leaves nothing to wait for (no close timer either: finish_close
+// cancels it, and it goes with the stream): once both ends have closed and their end of
+// stream has been acknowledged, run() returns.
+BOOST_AUTO_TEST_CASE(finished_close_leaves_nothing_to_wait_for) {
+  rdma_socket_pair p;
+  test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
+    std::array<char, 100> data{};
+    co_await asio::async_write(p.a, asio::buffer(data), asio::use_awaitable);
+    co_await asio::async_read(p.b, asio::buffer(data), asio::use_awaitable);
+  });
+  p.a.close();
+  p.b.close();
+  const auto start = std::chrono::steady_clock::now();
+  p.io.restart();
+  p.io.run_for(std::chrono::seconds(8));
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  BOOST_TEST(took.count() < 2000);
+  BOOST_TEST(p.service->outstanding() == 0u);
 }
 
 // `round_trips` message ping-pongs of `size` bytes between a and b; the completions polled.
