@@ -58,7 +58,10 @@ rdma_conn_param conn_param(const void* data, std::size_t size) {
   param.private_data = size != 0 ? data : nullptr;
   param.private_data_len = static_cast<std::uint8_t>(size);
   param.flow_control = 1;
-  param.retry_count = 7;
+  // 6, not 7: Soft-RoCE (rxe) takes a retry count of 7 as "for ever", as 7 means for
+  // receiver-not-ready only, so a send to a peer that is gone without its disconnect arriving
+  // would never fail. 6 ends it there as the device's 7 does elsewhere: seconds, not never.
+  param.retry_count = 6;
   param.rnr_retry_count = 7;  // 7: retry for ever while the peer has no receive posted
   return param;
 }
