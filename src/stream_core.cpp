@@ -140,8 +140,11 @@ void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, 
   complete(h, ec, n, defer);
 }
 
+// The peer's end of stream stands whatever becomes of the connection afterwards (a write or
+// credit report that finds the peer gone): reads see eof, as on a TCP socket after its FIN,
+// unless this side closed.
 error_code stream_core::read_error() const {
-  if (failure_) return *failure_;
+  if (failure_ && (!end_of_stream_ || *failure_ == error::operation_aborted)) return *failure_;
   return error::eof;
 }
 

@@ -113,6 +113,37 @@ inline void lines_then_eof(asio::io_context& io, socket& a, socket& b) {
   });
 }
 
+/// The peer's end of stream outlasts the connection: once a reader has had the peer's last
+/// bytes and its end, a write into the gone peer fails, and reading again still gives eof (as
+/// on a TCP socket), not the write's error.
+inline void end_of_stream_outlasts_the_connection(asio::io_context& io, socket& a, socket& b) {
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    co_await asio::async_write(b, asio::buffer(std::string("last")), asio::use_awaitable);
+    b.close();
+    std::array<char, 8> got{};
+    auto [ec, n] = co_await asio::async_read(a, asio::buffer(got), asio::as_tuple(asio::use_awaitable));
+    BOOST_TEST((ec == asio::error::eof), ec.message());
+    BOOST_TEST(std::string(got.data(), n) == "last");
+    // Over TCP a write fails once the peer's reset has come back, over RDMA once the QP has
+    // run out of retries.
+    const std::vector<std::byte> block(4096);
+    asio::steady_timer pause(a.get_executor());
+    error_code write_ec;
+    for (int i = 0; i < 500 && !write_ec; ++i) {
+      std::tie(write_ec, std::ignore) =
+          co_await asio::async_write(a, asio::buffer(block), asio::as_tuple(asio::use_awaitable));
+      pause.expires_after(std::chrono::milliseconds(10));
+      co_await pause.async_wait(asio::use_awaitable);
+    }
+    BOOST_TEST_REQUIRE(static_cast<bool>(write_ec), "writes into the closed peer never failed");
+    BOOST_TEST((write_ec == asio::error::broken_pipe), write_ec.message());
+    auto [again_ec, again_n] =
+        co_await a.async_read_some(asio::buffer(got), asio::as_tuple(asio::use_awaitable));
+    BOOST_TEST((again_ec == asio::error::eof), again_ec.message());
+    BOOST_TEST(again_n == 0u);
+  });
+}
+
 /// Messages keep their boundaries; a too-small buffer gets message_size and loses nothing.
 inline void messages_keep_boundaries(asio::io_context& io, socket& a, socket& b) {
   run_coroutine(io, [&]() -> asio::awaitable<void> {

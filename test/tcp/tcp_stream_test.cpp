@@ -22,6 +22,11 @@ BOOST_AUTO_TEST_CASE(lines_and_eof) {
   test::lines_then_eof(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(end_of_stream_outlasts_the_connection) {
+  tcp_socket_pair p;
+  test::end_of_stream_outlasts_the_connection(p.io, p.a, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(messages) {
   tcp_socket_pair p(4096);
   test::messages_keep_boundaries(p.io, p.a, p.b);
