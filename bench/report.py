@@ -5,7 +5,7 @@ Reads OUT/tcp.csv and OUT/rdma.csv (lines 'rep,bench,impl,transport,mode,size,co
 metric,value'), pairs each of our cases with its baseline, and reports medians over the
 repetitions, the ratio ours/baseline with its range over the repetitions, and the target.
 With --check (bench/run --quick) it fails when a benchmark or baseline that quick mode runs
-reported nothing.
+reported nothing, or a case has no baseline figure where its baseline ran in that mode.
 """
 import argparse
 import collections
@@ -64,6 +64,7 @@ class Table:
         self.data = data
         self.rows = []
         self.missed = []
+        self.unpaired = []  # (label, baseline key) of rows whose baseline has no figure
         self.section = ""
 
     def median(self, key, scale=1.0):
@@ -77,6 +78,8 @@ class Table:
         if o is None:
             return
         b = self.median(base, base_scale) if base else None
+        if base and b is None:
+            self.unpaired.append((f"{self.section}: {label}", base))
         ratio = o / b if b else None
         spread = ""
         if b:
@@ -228,8 +231,15 @@ def plot(t, out, png):
     subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
 
 
-def check(data, parts):
+def check(data, parts, unpaired):
     problems = []
+    # A case with no baseline figure although that baseline ran in its mode (at other sizes or
+    # connection counts) would be reported with no ratio: that run of the baseline failed.
+    # (Quick mode runs some baselines in one mode only: ib_send_lat without -e.)
+    ran_modes = {k[:4] for k in data}
+    for label, base in unpaired:
+        if base[2] in parts and tuple(base[:4]) in ran_modes:
+            problems.append(f"{label}: its baseline {base[1]} reported nothing")
     for part in parts:
         for bench, impl in EXPECTED[part]:
             values = [(k[6], v) for k, reps in data.items() if k[:3] == (bench, impl, part) for v in reps.values()]
@@ -252,9 +262,9 @@ def main():
     ran = ["tcp", "rdma"] if args.parts == "all" else [args.parts]
     # A check looks at what this run made; a report also takes the other part from an earlier run.
     data = load(args.out, ran if args.check else ["tcp", "rdma"])
-    problems = check(data, ran) if args.check else []
     t = Table(data)
     sections = build_tables(t)
+    problems = check(data, ran, t.unpaired) if args.check else []
     plot(t, args.out, args.png)
     with open(os.path.join(args.out, "machine.txt")) as f:
         machine = f.read().splitlines()
