@@ -113,7 +113,7 @@ std::error_code decode_header(std::span<const std::byte, header_size> bytes, fra
     out = frame_header{.version = version,
                        .type = static_cast<frame_type>(type),
                        .payload_length = payload_length,
-                       .length = is_message ? length : 0};
+                       .length = length};  // a data frame's is 0, checked with `others`
     return {};
   }
   const auto raw_status = get_le<std::uint32_t>(p + 52);
