@@ -463,10 +463,10 @@ void rdma_stream::close() {
 
 // What close() still sends normally completes within a round trip, or fails once the QP's
 // retries run out; but a peer whose QP is up and posts no receive (a stopped process) answers
-// receiver-not-ready, which the QP retries for ever, and Soft-RoCE was seen to leave a FIN
-// that the peer had received unacknowledged for good once that peer had gone (the lossy-link
-// test). Either would keep this stream, its QP and io_context::run alive: past the timeout
-// the connection is dropped, and the QP in error flushes what is still posted.
+// receiver-not-ready, which the QP retries for ever (and before the retry count was lowered
+// to 6, Soft-RoCE retried a gone peer's transport timeouts for ever too: the lossy-link test).
+// That would keep this stream, its QP and io_context::run alive: past the timeout the
+// connection is dropped, and the QP in error flushes what is still posted.
 void rdma_stream::start_close_timer() {
   close_timer_.emplace(get_executor(), close_timeout_);
   // Not in the stream's operation memory: the stream may be gone before the aborted wait is.

@@ -141,11 +141,13 @@ void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, 
 }
 
 // The peer's end of stream stands whatever becomes of the connection afterwards (a write or
-// credit report that finds the peer gone): reads see eof, as on a TCP socket after its FIN,
-// unless this side closed.
+// credit report that finds the peer gone, a reset): reads see eof, as on a TCP socket after
+// its FIN, unless this side closed or the peer broke the protocol.
 error_code stream_core::read_error() const {
-  if (failure_ && (!end_of_stream_ || *failure_ == error::operation_aborted)) return *failure_;
-  return error::eof;
+  if (!failure_) return error::eof;
+  const bool stands = end_of_stream_ && *failure_ != error::operation_aborted &&
+                      *failure_ != make_error_code(errc::malformed_frame);
+  return stands ? error_code(error::eof) : *failure_;
 }
 
 // Writes into a failed connection see broken_pipe, as on a TCP socket, unless it was closed

@@ -27,6 +27,38 @@ BOOST_AUTO_TEST_CASE(end_of_stream_outlasts_the_connection) {
   test::end_of_stream_outlasts_the_connection(p.io, p.a, p.b);
 }
 
+// A peer whose close frame is followed by a reset (its socket closed with SO_LINGER 0): reads
+// still end with eof, as a TCP socket's reads give 0 after the peer's FIN whatever came next.
+// (With a tcp_socket_pair the peer's FIN itself ends the connection, with eof.)
+BOOST_AUTO_TEST_CASE(end_of_stream_outlasts_a_reset) {
+  test::raw_peer p;
+  const std::string last = "last";
+  p.send({.type = wire::frame_type::data}, std::as_bytes(std::span(last)));
+  p.send({.type = wire::frame_type::close});
+  p.raw.set_option(boost::asio::socket_base::linger(true, 0));
+  p.raw.close();
+  std::array<char, 8> buf{};
+  test::outcome read;
+  boost::asio::async_read(p.a, boost::asio::buffer(buf), test::record(read));
+  test::run_until_done(p.io, [&] { return read.done; });
+  BOOST_TEST((read.ec == boost::asio::error::eof), read.ec.message());
+  BOOST_TEST(std::string(buf.data(), read.value) == last);
+  // The reset reaches the stream by its reads or by a write's: then writes fail.
+  test::outcome wrote;
+  for (int i = 0; i < 200 && !wrote.ec; ++i) {
+    wrote = {};
+    p.a.async_write_some(boost::asio::buffer(last), test::record(wrote));
+    test::run_until_done(p.io, [&] { return wrote.done; });
+    p.io.restart();
+    p.io.run_for(std::chrono::milliseconds(10));
+  }
+  BOOST_TEST_REQUIRE(static_cast<bool>(wrote.ec), "writes into the reset connection never failed");
+  test::outcome again;
+  p.a.async_read_some(boost::asio::buffer(buf), test::record(again));
+  test::run_until_done(p.io, [&] { return again.done; });
+  BOOST_TEST((again.ec == boost::asio::error::eof), again.ec.message());
+}
+
 BOOST_AUTO_TEST_CASE(messages) {
   tcp_socket_pair p(4096);
   test::messages_keep_boundaries(p.io, p.a, p.b);
