@@ -58,11 +58,10 @@ rdma_conn_param conn_param(const void* data, std::size_t size) {
   param.private_data = size != 0 ? data : nullptr;
   param.private_data_len = static_cast<std::uint8_t>(size);
   param.flow_control = 1;
-  // 6, not 7: Soft-RoCE (rxe) retries for ever at 7, which means "for ever" only for the RNR
-  // retry count, so a send to a peer that is gone without its disconnect arriving would never
-  // fail there. With 6 it fails within seconds, as it does on hardware with 7.
-  param.retry_count = 6;
-  param.rnr_retry_count = 7;  // 7: retry for ever while the peer has no receive posted
+  // The same retry policy as a QP connected without rdma_cm (see verbs::connect_options).
+  const verbs::connect_options retries;
+  param.retry_count = retries.retry_count;
+  param.rnr_retry_count = retries.rnr_retry;
   return param;
 }
 

@@ -38,7 +38,11 @@ struct connect_options {
   ibv_mtu mtu = ibv_mtu{};           ///< zero: the port's active MTU
   std::uint8_t max_rd_atomic = 16;   ///< outstanding reads/atomics (capped by the device)
   std::uint8_t timeout = 14;         ///< local ACK timeout, 4.096 us * 2^timeout
-  std::uint8_t retry_count = 6;      ///< transport retries; rxe takes 7 as "for ever"
+  /// Transport retries: 6, not 7, because Soft-RoCE (rxe) retries for ever at 7 (which means
+  /// "for ever" only for the RNR retry count), so a send to a peer that is gone without its
+  /// disconnect arriving would never fail there; with 6 it fails within seconds, as it does
+  /// on hardware with 7. rdma_cm's connections use the same value.
+  std::uint8_t retry_count = 6;
   std::uint8_t rnr_retry = 7;        ///< 7 retries forever on receiver-not-ready
   std::uint8_t min_rnr_timer = 12;
   /// Remote rights the peer's requests get on this QP (memory regions still decide per region).
