@@ -67,9 +67,12 @@ class completion_service {
   /// Work completions taken from the CQ so far. A send posted unsignalled (the RDMA stream's
   /// copied sends, mostly) raises none: a later signalled one completes it.
   std::size_t completions() const noexcept;
-  /// Completion-channel events taken so far (event and adaptive modes); a wake-up takes every
-  /// event pending, one or more.
+  /// Completion-channel events taken so far (event and adaptive modes): one per wake-up, as the
+  /// CQ is armed again only once its event has been taken.
   std::size_t events() const noexcept;
+  /// Reads of the completion channel so far, each a system call; a read that finds no event
+  /// (a wake-up for nothing) makes this exceed `events()`.
+  std::size_t channel_reads() const noexcept;
   /// Adaptive mode: how long the service now polls after a completion before it sleeps.
   std::chrono::microseconds spin_budget() const noexcept;
 

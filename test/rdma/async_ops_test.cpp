@@ -223,6 +223,27 @@ BOOST_DATA_TEST_CASE(handlers_run_on_the_thread_running_the_executor, all_modes,
   for (auto id : seen) BOOST_TEST((id == io_thread));
 }
 
+// An armed CQ raises one event and the service arms it again only once that event is taken, so
+// a wake-up reads the channel once: reading on until it is empty was a system call per wake-up
+// for nothing. Messages both ways, so that completions also land between a wake-up and the
+// re-arm (taken by the poll after it), and the service goes idle and starts again each round.
+BOOST_AUTO_TEST_CASE(event_mode_reads_the_channel_only_for_events) {
+  async_pair p({.mode = polling_mode::event});
+  constexpr int rounds = 200;
+  p.run([&]() -> asio::awaitable<void> {
+    for (int i = 0; i < rounds; ++i) {
+      co_await (async_receive(p.b, p.b_mr.slice(0, 64), asio::use_awaitable) &&
+                async_send(p.a, p.a_mr.slice(0, 64), asio::use_awaitable));
+      co_await (async_receive(p.a, p.a_mr.slice(64, 64), asio::use_awaitable) &&
+                async_send(p.b, p.b_mr.slice(64, 64), asio::use_awaitable));
+    }
+  });
+  BOOST_TEST_MESSAGE(p.service.events() << " events, " << p.service.channel_reads() << " channel reads, "
+                                        << p.service.completions() << " completions");
+  BOOST_TEST(p.service.events() >= std::size_t{rounds / 2});  // the waits did end by events
+  BOOST_TEST(p.service.channel_reads() == p.service.events());
+}
+
 // With a receive pending and nothing arriving, busy mode keeps polling (a CPU's worth of time)
 // while adaptive mode stops after its spin and sleeps until an event (almost none); in both the
 // receive then completes when a send comes, after adaptive mode's re-arm through the channel.

@@ -52,6 +52,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::size_t outstanding_ = 0;
   std::size_t completions_ = 0;  ///< polled from the CQ
   std::size_t events_ = 0;       ///< taken from the completion channel
+  std::size_t channel_reads_ = 0;  ///< reads of the channel, empty ones included
 
   /// Adaptive mode: the current spin, from `options` and the waits learned so far.
   std::chrono::nanoseconds spin_budget() const noexcept;
@@ -61,6 +62,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void start();
   void wait_for_event();
   void on_event();
+  /// Reads and acknowledges the channel's pending event, if any.
+  void take_events();
+  /// Makes sure the next completion raises an event (or one is pending already).
+  void arm();
   void on_poll_step();
   /// Posts the next poll step (busy and adaptive modes).
   void poll_soon();
@@ -82,6 +87,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::chrono::steady_clock::time_point last_reading_{};  ///< the spin's latest clock reading
   std::chrono::nanoseconds typical_wait_{0};              ///< moving average of learned waits
   unsigned empty_polls_ = 0;                              ///< since the last completion
+  bool arm_standing_ = false;  ///< armed since the last event taken: armed, or its event pending
 };
 
 template <class Predicate>
