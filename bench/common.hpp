@@ -1,11 +1,11 @@
 // What every benchmark program shares: its command line, and results as lines a script reads.
-// Deliberately free of coverbs headers, so the plain-Asio baseline includes it too.
+// Deliberately free of coverbs headers, so the plain-Asio baseline includes it too. Options are
+// read as the examples read theirs (examples/command_line.hpp).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <boost/system/system_error.hpp>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "../examples/command_line.hpp"
+
 namespace bench {
 
 using clock_type = std::chrono::steady_clock;
@@ -22,76 +24,9 @@ using clock_type = std::chrono::steady_clock;
 /// Heap allocations so far, where the program includes alloc_counter.hpp (else stays 0).
 inline std::atomic<std::size_t> allocations{0};
 
-[[noreturn]] inline void usage_error(std::string_view program, const std::string& message) {
-  std::cerr << program << ": " << message << "\n"
-            << "Try '" << program << " --help' for the options.\n";
-  std::exit(2);
-}
-
-/// A whole number within [low, high], with an optional K or M suffix (powers of 1024) where
-/// `suffixed` (not for a duration, where "1m" would read as a millisecond).
-inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high,
-                                         bool suffixed = true) {
-  std::size_t scale = 1;
-  if (suffixed && !text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
-  if (suffixed && !text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
-  if (scale != 1) text.remove_suffix(1);
-  std::size_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return {};
-  value *= scale;
-  if (value < low || value > high) return {};
-  return value;
-}
-
-/// Comma-separated words, e.g. "64,4K,64K" or "event,busy".
-inline std::vector<std::string_view> split(std::string_view text) {
-  std::vector<std::string_view> parts;
-  while (!text.empty()) {
-    const auto comma = text.find(',');
-    parts.push_back(text.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return parts;
-}
-
-/// Walks argv; `value()` takes the argument after the current option or exits with usage.
-class arguments {
- public:
-  arguments(std::string_view program, int argc, char** argv) : program_(program), argc_(argc), argv_(argv) {}
-  bool next() { return ++i_ < argc_; }
-  std::string_view current() const { return argv_[i_]; }
-  std::string_view value() {
-    if (i_ + 1 >= argc_) usage_error(program_, std::string(current()) + " needs a value");
-    return argv_[++i_];
-  }
-  [[noreturn]] void bad_value(std::string_view what) const {
-    usage_error(program_,
-                std::string(argv_[i_ - 1]) + " takes " + std::string(what) + ", not '" + argv_[i_] + "'");
-  }
-  std::size_t number_value(std::size_t low, std::size_t high) {
-    const auto n = number(value(), low, high);
-    if (!n) bad_value("a number from " + std::to_string(low) + " to " + std::to_string(high));
-    return *n;
-  }
-  /// A comma-separated list of `what` (sizes, counts) within [low, high], K and M allowed.
-  std::vector<std::size_t> list_value(std::size_t low, std::size_t high, std::string_view what = "sizes") {
-    std::vector<std::size_t> out;
-    for (auto part : split(value())) {
-      const auto n = number(part, low, high);
-      if (!n) bad_value(std::string(what) + " from " + std::to_string(low) + " to " + std::to_string(high));
-      out.push_back(*n);
-    }
-    return out;
-  }
-
- private:
-  std::string_view program_;
-  int argc_;
-  char** argv_;
-  int i_ = 0;
-};
+using cli::arguments;
+using cli::split;
+using cli::usage_error;
 
 /// An exception's what(), without the code and source location Boost appends to a system
 /// error's ("bind: Cannot assign requested address [system:99 at .../file.hpp:161 in ...]").

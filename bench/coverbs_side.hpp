@@ -97,7 +97,7 @@ struct network {
     } else if (arg == "--receive-buffers") {
       defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
     } else if (arg == "--max-spin") {
-      const auto us = number(args.value(), 0, 10'000'000, false);
+      const auto us = cli::number(args.value(), 0, 10'000'000);
       if (!us) args.bad_value("microseconds, 0 to 10000000");
       defaults.max_spin = std::chrono::microseconds(*us);
     } else {

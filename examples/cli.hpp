@@ -1,5 +1,6 @@
-// Helpers shared by the example programs: command lines that report bad input the same way
-// (a message naming the program, a pointer to --help, exit status 2), and servers' accept loops.
+// Helpers shared by the example programs: options they have in common (transport, addresses,
+// the servers' --listen and --port) and servers' accept loops. Reading a command line is
+// command_line.hpp's.
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
@@ -11,7 +12,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
-#include <charconv>
 #include <chrono>
 #include <coverbs/acceptor.hpp>
 #include <coverbs/socket.hpp>
@@ -24,21 +24,9 @@
 #include <tuple>
 #include <utility>
 
+#include "command_line.hpp"
+
 namespace cli {
-
-[[noreturn]] inline void usage_error(std::string_view program, const std::string& message) {
-  std::cerr << program << ": " << message << "\n"
-            << "Try '" << program << " --help' for the options.\n";
-  std::exit(2);
-}
-
-/// A whole decimal number within [low, high]; nothing else (no sign, no trailing text).
-inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high) {
-  std::size_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < low || value > high) return {};
-  return value;
-}
 
 inline std::optional<coverbs::transport> transport(std::string_view text) {
   if (text == "auto") return coverbs::transport::automatic;
@@ -71,28 +59,6 @@ inline std::string describe(const std::exception& e) {
   if (auto* s = dynamic_cast<const std::system_error*>(&e)) return s->code().message();
   return e.what();
 }
-
-/// Walks argv; `value()` takes the argument after the current option or exits with usage.
-class arguments {
- public:
-  arguments(std::string_view program, int argc, char** argv) : program_(program), argc_(argc), argv_(argv) {}
-  bool next() { return ++i_ < argc_; }
-  std::string_view current() const { return argv_[i_]; }
-  std::string_view value() {
-    if (i_ + 1 >= argc_) usage_error(program_, std::string(current()) + " needs a value");
-    return argv_[++i_];
-  }
-  [[noreturn]] void bad_value(std::string_view what) const {
-    usage_error(program_,
-                std::string(argv_[i_ - 1]) + " takes " + std::string(what) + ", not '" + argv_[i_] + "'");
-  }
-
- private:
-  std::string_view program_;
-  int argc_;
-  char** argv_;
-  int i_ = 0;
-};
 
 /// The options every server takes: --listen ADDR, --port N and, where `Options` has a
 /// `connections` limit, --connections N. True if `arg` was one of them (its value is taken).
