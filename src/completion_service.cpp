@@ -74,9 +74,13 @@ void completion_engine::complete_later(operation* op) { op->complete(op, true); 
 void completion_engine::start() {
   if (closed_) return;
   active_ = true;
+  ++loop_;
   if (options.mode == polling_mode::event) {
-    arm();
-    wait_for_event();
+    if (arm()) {
+      wait_for_event();
+    } else {
+      poll_soon();
+    }
   } else {
     empty_polls_ = 0;
     poll_soon();
@@ -85,8 +89,8 @@ void completion_engine::start() {
 
 void completion_engine::wait_for_event() {
   descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                          [self = shared_from_this()](const boost::system::error_code& ec) {
-                            if (!ec && !self->closed_) self->on_event();
+                          [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
+                            if (!ec && self->current(loop)) self->on_event();
                           });
 }
 
@@ -94,7 +98,7 @@ void completion_engine::on_event() {
   take_events();
   op_queue done;
   std::size_t found = collect(done);
-  arm();
+  const bool armed = arm();
   // Completions that landed before the re-arm raise no event: poll once more after arming.
   found += collect(done);
   const bool spin_again = options.mode == polling_mode::adaptive && found > 0;
@@ -102,7 +106,7 @@ void completion_engine::on_event() {
   if (spin_again) learn(std::chrono::steady_clock::now() - spin_start_);
   if (outstanding_ == 0) {
     active_ = false;
-  } else if (spin_again) {
+  } else if (spin_again || !armed) {
     empty_polls_ = 0;
     poll_soon();
   } else {
@@ -129,14 +133,16 @@ void completion_engine::take_events() {
   ++events_;
 }
 
-void completion_engine::arm() {
-  if (arm_standing_) return;
-  cq.request_notify();
+// A failed arm (which the verbs allow, though no provider is known to fail a valid CQ) must not
+// leave the loop marked active with nothing to wake it: the loop polls on and tries again.
+bool completion_engine::arm() noexcept {
+  if (arm_standing_) return true;
+  if (ibv_req_notify_cq(cq.native_handle(), 0) != 0) return false;
   arm_standing_ = true;
+  return true;
 }
 
 void completion_engine::on_poll_step() {
-  if (closed_) return;
   op_queue done;
   // Busy mode polls several times per step: between steps the scheduler runs its reactor (an
   // epoll_wait system call) and the step is posted again, in the VM a fifth of a busy
@@ -145,26 +151,27 @@ void completion_engine::on_poll_step() {
   bool found = collect(done) > 0;
   for (unsigned i = 1; i < polls && !found; ++i) found = collect(done) > 0;
   // Before the idle check: the completion that leaves nothing outstanding ended a wait too.
-  const bool spin_ended = options.mode == polling_mode::adaptive && spin_over(found);
+  // Event mode polls only where its CQ could not be armed: each step tries again.
+  const bool spin_ended =
+      options.mode == polling_mode::event || (options.mode == polling_mode::adaptive && spin_over(found));
   if (outstanding_ == 0) {
     active_ = false;
-  } else if (!spin_ended) {
+  } else if (!spin_ended || !arm()) {
     poll_soon();
+  } else if (collect(done) == 0) {
+    wait_for_event();
   } else {
-    arm();
-    if (collect(done) > 0) {
-      learn(last_reading_ - spin_start_);
-      empty_polls_ = 0;
-      poll_soon();
-    } else {
-      wait_for_event();
-    }
+    if (options.mode == polling_mode::adaptive) learn(last_reading_ - spin_start_);
+    empty_polls_ = 0;
+    poll_soon();
   }
   run_handlers(done);
 }
 
 void completion_engine::poll_soon() {
-  post_unerased(executor, [self = shared_from_this()] { self->on_poll_step(); });
+  post_unerased(executor, [self = shared_from_this(), loop = loop_] {
+    if (self->current(loop)) self->on_poll_step();
+  });
 }
 
 // Reading the clock is a system call where the clock source has no vDSO path (HPET in many

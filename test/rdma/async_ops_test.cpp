@@ -244,6 +244,43 @@ BOOST_AUTO_TEST_CASE(event_mode_reads_the_channel_only_for_events) {
   BOOST_TEST(p.service.channel_reads() == p.service.events());
 }
 
+// A request whose post fails (a send on a queue pair never connected) leaves nothing
+// outstanding, so the service stops its loop at once; the poll step that loop had posted must
+// not run on beside the loop the next request starts. Two loops would each end their spin in a
+// wait on the channel, and one event would then wake both: the second wake-up reads the channel
+// for nothing (and every completion in between is polled twice as often).
+BOOST_AUTO_TEST_CASE(a_failed_post_leaves_one_polling_loop) {
+  using namespace std::chrono_literals;
+  async_pair p({.mode = polling_mode::adaptive, .spin = 20us, .max_spin = 20us});
+  async_queue_pair never_connected(p.service, p.pd);
+  constexpr int rounds = 5;
+  p.run([&]() -> asio::awaitable<void> {
+    asio::steady_timer later(p.io);
+    for (int i = 0; i < rounds; ++i) {
+      std::optional<error_code> failed;
+      std::optional<std::size_t> received;
+      // Both initiated before the loop that the failed post started can take its next step.
+      async_send(never_connected, p.a_mr.slice(0, 64), [&](error_code ec, std::size_t) { failed = ec; });
+      async_receive(p.b, p.b_mr.slice(0, 64), [&](error_code ec, std::size_t n) {
+        BOOST_TEST(!ec);
+        received = n;
+      });
+      later.expires_after(20ms);  // far beyond the spin: both loops, were there two, would sleep
+      co_await later.async_wait(asio::use_awaitable);
+      co_await async_send(p.a, p.a_mr.slice(0, 64), asio::use_awaitable);
+      while (!received) {
+        later.expires_after(1ms);
+        co_await later.async_wait(asio::use_awaitable);
+      }
+      BOOST_TEST(*received == 64u);
+      BOOST_TEST((failed && failed->value() == EINVAL));
+    }
+  });
+  BOOST_TEST_MESSAGE(p.service.events() << " events, " << p.service.channel_reads() << " channel reads");
+  BOOST_TEST(p.service.events() >= std::size_t{rounds});  // each receive was woken by an event
+  BOOST_TEST(p.service.channel_reads() == p.service.events());
+}
+
 // With a receive pending and nothing arriving, busy mode keeps polling (a CPU's worth of time)
 // while adaptive mode stops after its spin and sleeps until an event (almost none); in both the
 // receive then completes when a send comes, after adaptive mode's re-arm through the channel.

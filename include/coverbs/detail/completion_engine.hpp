@@ -64,8 +64,11 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void on_event();
   /// Reads and acknowledges the channel's pending event, if any.
   void take_events();
-  /// Makes sure the next completion raises an event (or one is pending already).
-  void arm();
+  /// Makes sure the next completion raises an event (or one is pending already); false if the
+  /// CQ could not be armed, so that no wait may begin.
+  bool arm() noexcept;
+  /// Whether a handler of loop `loop` may go on: the engine is open and started no loop since.
+  bool current(std::uint64_t loop) const noexcept { return !closed_ && loop == loop_; }
   void on_poll_step();
   /// Posts the next poll step (busy and adaptive modes).
   void poll_soon();
@@ -88,6 +91,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::chrono::nanoseconds typical_wait_{0};              ///< moving average of learned waits
   unsigned empty_polls_ = 0;                              ///< since the last completion
   bool arm_standing_ = false;  ///< armed since the last event taken: armed, or its event pending
+  /// Counts start()s. A loop ends when nothing is outstanding, but work_abandoned() ends one
+  /// from outside, and a wait it cancelled too late or a poll step already posted would run on
+  /// beside the next loop; their handlers carry their loop's number and stop when it is old.
+  std::uint64_t loop_ = 0;
 };
 
 template <class Predicate>
