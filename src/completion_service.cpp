@@ -61,8 +61,9 @@ void completion_engine::work_started() {
 }
 
 void completion_engine::work_abandoned() noexcept {
-  // A wait with nothing left to complete would keep io_context::run from returning.
-  if (--outstanding_ == 0 && active_ && descriptor_) {
+  // A wait with nothing left to complete would keep io_context::run from returning. Inside a
+  // step (a completion let a waiting request be posted) the step itself sees the count.
+  if (--outstanding_ == 0 && active_ && descriptor_ && !in_step_) {
     boost::system::error_code ignored;
     descriptor_->cancel(ignored);
     active_ = false;
@@ -95,6 +96,7 @@ void completion_engine::wait_for_event() {
 }
 
 void completion_engine::on_event() {
+  in_step_ = true;
   take_events();
   op_queue done;
   std::size_t found = collect(done);
@@ -114,6 +116,7 @@ void completion_engine::on_event() {
     // (the CQ stays armed while adaptive mode spins). No wait ended here; sleep again.
     wait_for_event();
   }
+  in_step_ = false;
   run_handlers(done);
 }
 
@@ -143,6 +146,7 @@ bool completion_engine::arm() noexcept {
 }
 
 void completion_engine::on_poll_step() {
+  in_step_ = true;
   op_queue done;
   // Busy mode polls several times per step: between steps the scheduler runs its reactor (an
   // epoll_wait system call) and the step is posted again, in the VM a fifth of a busy
@@ -165,6 +169,7 @@ void completion_engine::on_poll_step() {
     empty_polls_ = 0;
     poll_soon();
   }
+  in_step_ = false;
   run_handlers(done);
 }
 

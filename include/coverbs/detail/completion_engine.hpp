@@ -95,6 +95,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// from outside, and a wait it cancelled too late or a poll step already posted would run on
   /// beside the next loop; their handlers carry their loop's number and stop when it is old.
   std::uint64_t loop_ = 0;
+  /// In on_event or on_poll_step before their handlers run: a post that fails there (a request
+  /// that waited for room in its queue) must not stop the loop under the step, which would then
+  /// go on beside the loop the next successful post starts.
+  bool in_step_ = false;
 };
 
 template <class Predicate>
