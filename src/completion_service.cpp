@@ -141,6 +141,7 @@ void completion_engine::take_events() {
 bool completion_engine::arm() noexcept {
   if (arm_standing_) return true;
   if (ibv_req_notify_cq(cq.native_handle(), 0) != 0) return false;
+  ++arms_;
   arm_standing_ = true;
   return true;
 }
@@ -506,6 +507,10 @@ std::size_t completion_service::events() const noexcept {
 
 std::size_t completion_service::channel_reads() const noexcept {
   return engine_->channel_reads_;
+}
+
+std::size_t completion_service::arms() const noexcept {
+  return engine_->arms_;
 }
 std::chrono::microseconds completion_service::spin_budget() const noexcept {
   return std::chrono::duration_cast<std::chrono::microseconds>(engine_->spin_budget());

@@ -73,6 +73,9 @@ class completion_service {
   /// Reads of the completion channel so far, each a system call; a read that finds no event
   /// (a wake-up for nothing) makes this exceed `events()`.
   std::size_t channel_reads() const noexcept;
+  /// Times the CQ was armed (ibv_req_notify_cq), each a system call. An arm stands until its
+  /// event is taken and is not repeated meanwhile, so this exceeds `events()` by at most one.
+  std::size_t arms() const noexcept;
   /// Adaptive mode: how long the service now polls after a completion before it sleeps.
   std::chrono::microseconds spin_budget() const noexcept;
 

@@ -53,6 +53,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::size_t completions_ = 0;  ///< polled from the CQ
   std::size_t events_ = 0;       ///< taken from the completion channel
   std::size_t channel_reads_ = 0;  ///< reads of the channel, empty ones included
+  std::size_t arms_ = 0;           ///< successful ibv_req_notify_cq calls
 
   /// Adaptive mode: the current spin, from `options` and the waits learned so far.
   std::chrono::nanoseconds spin_budget() const noexcept;
