@@ -277,7 +277,9 @@ BOOST_AUTO_TEST_CASE(a_failed_post_leaves_one_polling_loop) {
         co_await later.async_wait(asio::use_awaitable);
       }
       BOOST_TEST(*received == 64u);
-      BOOST_TEST((failed && failed->value() == EINVAL));
+      // rxe refuses the post with EINVAL; what matters here is that it failed, which another
+      // provider may report with another code.
+      BOOST_TEST((failed && *failed));
     }
   });
   BOOST_TEST_MESSAGE(p.service.events() << " events, " << p.service.channel_reads() << " channel reads");
