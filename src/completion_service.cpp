@@ -140,7 +140,9 @@ void completion_engine::take_events() {
 // leave the loop marked active with nothing to wake it: the loop polls on and tries again.
 bool completion_engine::arm() noexcept {
   if (arm_standing_) return true;
-  if (ibv_req_notify_cq(cq.native_handle(), 0) != 0) return false;
+  std::error_code ec;
+  cq.request_notify(ec);
+  if (ec) return false;
   ++arms_;
   arm_standing_ = true;
   return true;
@@ -508,7 +510,6 @@ std::size_t completion_service::events() const noexcept {
 std::size_t completion_service::channel_reads() const noexcept {
   return engine_->channel_reads_;
 }
-
 std::size_t completion_service::arms() const noexcept {
   return engine_->arms_;
 }

@@ -28,9 +28,14 @@ std::size_t completion_queue::poll(std::span<ibv_wc> out) {
 }
 
 void completion_queue::request_notify(bool solicited_only) {
-  if (int rc = ibv_req_notify_cq(cq_.get(), solicited_only ? 1 : 0); rc != 0) {
-    detail::throw_errno("ibv_req_notify_cq", rc);
-  }
+  std::error_code ec;
+  request_notify(ec, solicited_only);
+  if (ec) detail::throw_errno("ibv_req_notify_cq", ec.value());
+}
+
+void completion_queue::request_notify(std::error_code& ec, bool solicited_only) noexcept {
+  const int rc = ibv_req_notify_cq(cq_.get(), solicited_only ? 1 : 0);
+  ec = rc != 0 ? std::error_code(rc, std::generic_category()) : std::error_code();
 }
 
 void completion_queue::acknowledge(unsigned count) noexcept {

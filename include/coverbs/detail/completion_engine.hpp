@@ -71,7 +71,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// Whether a handler of loop `loop` may go on: the engine is open and started no loop since.
   bool current(std::uint64_t loop) const noexcept { return !closed_ && loop == loop_; }
   void on_poll_step();
-  /// Posts the next poll step (busy and adaptive modes).
+  /// Posts the next poll step (busy and adaptive modes; event mode while arming fails).
   void poll_soon();
   /// Adaptive mode: whether the spin since the last completion has lasted `spin_budget()`.
   bool spin_over(bool found);

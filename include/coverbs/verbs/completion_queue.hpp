@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <system_error>
 
 #include "coverbs/verbs/device.hpp"
 
@@ -45,6 +46,8 @@ class completion_queue {
   std::size_t poll(std::span<ibv_wc> out);
   /// Requests an event on the channel for the next completion (arms the CQ).
   void request_notify(bool solicited_only = false);
+  /// As above, reporting a failure in `ec` instead of throwing.
+  void request_notify(std::error_code& ec, bool solicited_only = false) noexcept;
   /// Acknowledges `count` events taken from the channel for this CQ (needed before destruction).
   void acknowledge(unsigned count) noexcept;
 
