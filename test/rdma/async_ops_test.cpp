@@ -248,6 +248,39 @@ BOOST_AUTO_TEST_CASE(event_mode_reads_and_arms_only_for_events) {
   BOOST_TEST(p.service.arms() <= p.service.events() + 1);
 }
 
+// A wake-up runs the handlers of what it found before it arms the CQ again: arming is a system
+// call (8 us in the test VM), and a handler that answers the message it was given should not
+// wait for it. The sender polls a CQ of its own, so that only the receive wakes this service.
+BOOST_AUTO_TEST_CASE(event_mode_runs_handlers_before_arming_again) {
+  async_pair p({.mode = polling_mode::event});
+  completion_service sender_service(p.io.get_executor(), p.dev, {.mode = polling_mode::busy});
+  async_queue_pair sender(sender_service, p.pd);
+  async_queue_pair receiver(p.service, p.pd);
+  const verbs::connect_options options{.local_gid = p.gid};
+  sender.connect(receiver.address(p.gid), options);
+  receiver.connect(sender.address(p.gid), options);
+  constexpr int rounds = 20;
+  p.run([&]() -> asio::awaitable<void> {
+    asio::steady_timer later(p.io);
+    for (int i = 0; i < rounds; ++i) {
+      std::optional<std::size_t> arms_in_handler;
+      async_receive(receiver, p.b_mr.slice(0, 64), [&](error_code ec, std::size_t n) {
+        BOOST_TEST(!ec);
+        BOOST_TEST(n == 64u);
+        arms_in_handler = p.service.arms();
+      });
+      const std::size_t armed = p.service.arms();  // the receive's wait stands on this arm
+      co_await async_send(sender, p.a_mr.slice(0, 64), asio::use_awaitable);
+      while (!arms_in_handler) {
+        later.expires_after(std::chrono::milliseconds(1));
+        co_await later.async_wait(asio::use_awaitable);
+      }
+      BOOST_TEST(*arms_in_handler == armed);
+    }
+  });
+  BOOST_TEST(p.service.events() >= std::size_t{rounds});  // each receive was woken by an event
+}
+
 // A request whose post fails (a send on a queue pair never connected) leaves nothing
 // outstanding, so the service stops its loop at once; the poll step that loop had posted must
 // not run on beside the loop the next request starts. Two loops would each end their spin in a

@@ -80,6 +80,9 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// Takes every available completion into `done`; returns how many.
   std::size_t collect(op_queue& done);
   static void run_handlers(op_queue& done) noexcept;
+  /// Runs `done` inside a step of loop `loop`; false (and the step is over) if a handler
+  /// closed the engine meanwhile.
+  bool run_handlers_in_step(op_queue& done, std::uint64_t loop) noexcept;
   void drain_once(bool defer);
 
   std::optional<boost::asio::posix::stream_descriptor> descriptor_;
@@ -96,9 +99,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// from outside, and a wait it cancelled too late or a poll step already posted would run on
   /// beside the next loop; their handlers carry their loop's number and stop when it is old.
   std::uint64_t loop_ = 0;
-  /// In on_event or on_poll_step before their handlers run: a post that fails there (a request
-  /// that waited for room in its queue) must not stop the loop under the step, which would then
-  /// go on beside the loop the next successful post starts.
+  /// In on_event or on_poll_step until the loop's next step is decided (handlers that run
+  /// before it included): a post that fails there (a handler's, or a request that waited for
+  /// room in its queue) must not stop the loop under the step, which would then go on beside
+  /// the loop the next successful post starts; the step sees what is outstanding.
   bool in_step_ = false;
 };
 
