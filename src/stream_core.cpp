@@ -212,12 +212,15 @@ void stream_core::serve_receive(bool defer) {
   if (receive_->buffers.bytes() < s.size) return end_operation(receive_, error::message_size, 0, defer);
   receive_->buffers.put(s.data, s.size);
   messages_.pop_front();
-  // Ended before release(), which may post a credit and fail the connection (serve_receive
-  // must not find this receive then), and completed after it.
+  // Ended before release() (which may send a credit), so that nothing release() sets off finds
+  // this receive. A handler run here runs before release(): returning the buffer (over RDMA,
+  // posting it again, 1 us in the test VM) is not what a handler that answers should wait for.
+  // Its reply then carries the credits returned before this buffer's; this one goes with the next.
   auto h = std::move(receive_->handler);
   receive_.reset();
-  release(s.tag);
+  if (defer) release(s.tag);
   complete(h, {}, s.size, defer);
+  if (!defer) release(s.tag);
 }
 
 void stream_core::write_some(const const_buffer_list& buffers, size_handler handler) {
