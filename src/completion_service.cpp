@@ -173,15 +173,16 @@ void completion_engine::on_poll_step() {
   const unsigned polls = options.mode == polling_mode::busy ? 16 : 1;
   bool found = collect(done) > 0;
   for (unsigned i = 1; i < polls && !found; ++i) found = collect(done) > 0;
-  // Before the handlers, which take time that no spin waited for. Event mode polls only where its
-  // CQ could not be armed: each step tries again.
-  const bool spin_ended =
+  // Whether the loop may arm and sleep now: adaptive mode once its spin is over (decided before
+  // the handlers, which take time that no spin waited for); event mode, which polls only where
+  // its CQ could not be armed, at every step.
+  const bool may_sleep =
       options.mode == polling_mode::event || (options.mode == polling_mode::adaptive && spin_over(found));
   // What was found runs before the next step is posted, which would otherwise come first.
   if (found && !run_handlers_in_step(done, loop)) return;
   if (outstanding_ == 0) {
     active_ = false;
-  } else if (!spin_ended || !arm()) {
+  } else if (!may_sleep || !arm()) {
     poll_soon();
   } else if (collect(done) == 0) {
     wait_for_event();
