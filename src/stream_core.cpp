@@ -168,20 +168,24 @@ void stream_core::serve_read(bool defer) {
   if (!read_) return;
   if (read_->buffers.empty()) return end_operation(read_, {}, 0, defer);  // Asio: at once
   std::size_t total = 0;
+  std::optional<std::uint32_t> last;  // the last segment used up: returned after the handler
   while (!bytes_.empty() && !read_->buffers.empty()) {
     segment& s = bytes_.front();
     const std::size_t n = read_->buffers.put(s.data + front_offset_, s.size - front_offset_);
     total += n;
     front_offset_ += n;
     if (front_offset_ == s.size) {
-      const std::uint32_t tag = s.tag;
+      if (last) release(*last);
+      last = s.tag;
       bytes_.pop_front();
       front_offset_ = 0;
-      release(tag);
     }
   }
   if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
+  // As in serve_receive: a handler run here does not wait for the buffer's return.
+  if (last && defer) release(*last);
   end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer);
+  if (last && !defer) release(*last);
 }
 
 void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
