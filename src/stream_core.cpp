@@ -132,12 +132,19 @@ void stream_core::complete(Handler& handler, error_code ec, Value value, bool de
   hand_over(std::move(handler), defer, ec, value);
 }
 
-// The operation is over before its handler runs: the handler may start the next one.
+// The operation is over before its handler runs: the handler may start the next one. It is
+// also over before `used_up` is released (which may send a credit), so that nothing release()
+// sets off finds it; and a handler run here runs before the release: returning a buffer (over
+// RDMA, posting it again, 1 us in the test VM) is not what a handler that answers should wait
+// for. Its reply then carries the credits returned before; this one goes with the next.
 template <class Pending>
-void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, std::size_t n, bool defer) {
+void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, std::size_t n, bool defer,
+                                std::optional<std::uint32_t> used_up) {
   auto h = std::move(pending->handler);
   pending.reset();
+  if (used_up && defer) release(*used_up);
   complete(h, ec, n, defer);
+  if (used_up && !defer) release(*used_up);
 }
 
 // The peer's end of stream stands whatever becomes of the connection afterwards (a write or
@@ -168,7 +175,7 @@ void stream_core::serve_read(bool defer) {
   if (!read_) return;
   if (read_->buffers.empty()) return end_operation(read_, {}, 0, defer);  // Asio: at once
   std::size_t total = 0;
-  std::optional<std::uint32_t> last;  // the last segment used up: returned after the handler
+  std::optional<std::uint32_t> last;  // the last segment used up: end_operation returns it
   while (!bytes_.empty() && !read_->buffers.empty()) {
     segment& s = bytes_.front();
     const std::size_t n = read_->buffers.put(s.data + front_offset_, s.size - front_offset_);
@@ -182,10 +189,7 @@ void stream_core::serve_read(bool defer) {
     }
   }
   if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
-  // As in serve_receive: a handler run here does not wait for the buffer's return.
-  if (last && defer) release(*last);
-  end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer);
-  if (last && !defer) release(*last);
+  end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer, last);
 }
 
 void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
@@ -216,15 +220,7 @@ void stream_core::serve_receive(bool defer) {
   if (receive_->buffers.bytes() < s.size) return end_operation(receive_, error::message_size, 0, defer);
   receive_->buffers.put(s.data, s.size);
   messages_.pop_front();
-  // Ended before release() (which may send a credit), so that nothing release() sets off finds
-  // this receive. A handler run here runs before release(): returning the buffer (over RDMA,
-  // posting it again, 1 us in the test VM) is not what a handler that answers should wait for.
-  // Its reply then carries the credits returned before this buffer's; this one goes with the next.
-  auto h = std::move(receive_->handler);
-  receive_.reset();
-  if (defer) release(s.tag);
-  complete(h, {}, s.size, defer);
-  if (!defer) release(s.tag);
+  end_operation(receive_, {}, s.size, defer, s.tag);
 }
 
 void stream_core::write_some(const const_buffer_list& buffers, size_handler handler) {

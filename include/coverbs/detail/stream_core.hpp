@@ -227,9 +227,11 @@ class stream_core : public handler_holder {
   void complete(Handler& handler, error_code ec, Value value, bool defer);
   template <class Pending>
   void watch(Pending& pending, op which);
-  /// Completes the pending operation (read_, write_, receive_ or send_) and clears it.
+  /// Completes the pending operation (read_, write_, receive_ or send_) and clears it; then
+  /// releases `used_up`, a segment's tag the operation consumed the last of.
   template <class Pending>
-  void end_operation(std::optional<Pending>& pending, error_code ec, std::size_t n, bool defer);
+  void end_operation(std::optional<Pending>& pending, error_code ec, std::size_t n, bool defer,
+                     std::optional<std::uint32_t> used_up = std::nullopt);
   error_code read_error() const;
   error_code write_error() const;
   void fail_immediate_waiter(error_code ec, bool defer);
