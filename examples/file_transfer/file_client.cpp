@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "disk.hpp"
 #include "part_file.hpp"
 #include "progress.hpp"
 #include "receiver.hpp"
@@ -226,7 +227,7 @@ class client {
   }
 
   asio::awaitable<bool> send(ft::channel& ch, ft::sender& out, const ft::send_item& it) {
-    asio::random_access_file file(io_);
+    asio::random_access_file file(disk_.executor());
     boost::system::error_code ec;
     file.open(it.path.string(), asio::file_base::read_only, ec);
     if (ec) {
@@ -261,7 +262,7 @@ class client {
       try {
         // The server vouches for nothing: a name it should have refused is refused here.
         if (!ft::valid_name(name)) throw std::runtime_error("not a plain file name: " + name);
-        part.emplace(io_.get_executor(), opt_.to, name, file.size);
+        part.emplace(disk_.executor(), opt_.to, name, file.size);
       } catch (const std::exception& e) {
         cannot = e.what();
       }
@@ -298,6 +299,7 @@ class client {
   coverbs::socket socket_;
   asio::signal_set signals_;
   asio::steady_timer connect_timer_;
+  ft::disk disk_;                  // where the files are read and written
   asio::thread_pool blocking_{1};  // fdatasync, which io_uring-backed files lack
   ft::channel* ch_ = nullptr;
   std::string error_;

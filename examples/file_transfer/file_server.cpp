@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "disk.hpp"
 #include "part_file.hpp"
 #include "progress.hpp"
 #include "receiver.hpp"
@@ -185,7 +186,7 @@ class server {
     std::optional<ft::part_file> part;
     std::string cannot;
     try {
-      part.emplace(c.socket.get_executor(), opt_.dir, name, size);
+      part.emplace(disk_.executor(), opt_.dir, name, size);
     } catch (const std::system_error& e) {
       cannot = e.what();
     }
@@ -221,7 +222,7 @@ class server {
     const auto status = fs::status(path, ec);
     if (!fs::exists(status)) co_return co_await refuse(id, c, name, "no such file: " + name);
     if (!fs::is_regular_file(status)) co_return co_await refuse(id, c, name, name + " is not a regular file");
-    asio::random_access_file file(c.socket.get_executor());
+    asio::random_access_file file(disk_.executor());
     boost::system::error_code open_ec;
     file.open(path.string(), asio::file_base::read_only, open_ec);
     if (open_ec) co_return co_await refuse(id, c, name, "cannot read " + name + ": " + open_ec.message());
@@ -268,6 +269,7 @@ class server {
   options opt_;
   coverbs::acceptor acceptor_;
   asio::signal_set signals_;
+  ft::disk disk_;                           // where the files are read and written
   asio::thread_pool blocking_{1};           // fdatasync, which io_uring-backed files lack
   std::map<std::size_t, connection> live_;  // a map: sessions hold references into it
   std::size_t accepted_ = 0;

@@ -37,12 +37,12 @@ struct window {
 
 struct message {
   type kind = type::ok;
-  std::uint64_t size = 0;           ///< put, file
+  std::uint64_t size = 0;                       ///< put, file
   checksum_kind check = checksum_kind::xxh128;  ///< put, get: how the data is checked
-  std::string text;                 ///< put, get: the file name; error: the reason
-  window area;                      ///< ready
-  std::vector<std::uint8_t> slots;  ///< credit
-  digest sum{};                     ///< done
+  std::string text;                             ///< put, get: the file name; error: the reason
+  window area;                                  ///< ready
+  std::vector<std::uint8_t> slots;              ///< credit
+  digest sum{};                                 ///< done
 };
 
 /// Builders, one per type (designated initializers would leave fields uninitialized).

@@ -91,7 +91,12 @@ check "both copies match" 'cmp -s "$work/srv/part.bin" "$work/src/part.bin" && c
 cp "$log" "$work/out"
 out_has "received part.bin: 3.0 MiB in .* sha256 $sha$" "server logs the sha256 of the file received"
 out_has "sent part.bin: 3.0 MiB in .* sha256 $sha$" "server logs the sha256 of the file sent"
-rm -f "$work/srv/part.bin" "$work/dl/part.bin"
+mkdir "$work/small"
+# 48 round trips of one slot: in the VM each takes tens of milliseconds.
+expect 0 "fetch into a window of one 64 KiB slot" "^file_client: fetched part.bin: 3.0 MiB in .* xxh128 $(sum "$work/src/part.bin")$" \
+    "${to_server[@]}" --window 1 --slot-size 65536 fetch part.bin --to "$work/small"
+check "that copy matches too" 'cmp -s "$work/small/part.bin" "$work/src/part.bin"'
+rm -rf "$work/srv/part.bin" "$work/dl/part.bin" "$work/small"
 
 mkdir "$work/several"
 printf 'one\n' >"$work/several/a.txt"
@@ -166,6 +171,21 @@ kill -STOP "$server_pid"; kill -KILL "$client_pid"; wait "$client_pid" 2>/dev/nu
 if wait_for "$log" 'receiving killed.bin failed: '; then pass "kill -9 the sending client: server reports it"
 else cp "$log" "$work/out"; fail "kill -9 the sending client: server reports it"; fi
 check "no killed.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+
+# The sender reads a few slots ahead of its WRITEs: a file cut short under it must still be
+# noticed, whichever read meets the end.
+cp "$work/src/big.bin" "$work/src/shrinks.bin"
+"${to_server[@]}" send "$work/src/shrinks.bin" >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'shrinks.bin: [0-9]+%'
+kill -STOP "$client_pid"; truncate -s 1M "$work/src/shrinks.bin"; kill -CONT "$client_pid"
+finish "$client_pid"; cp "$work/client.log" "$work/out"
+check "a file that shrinks while sent: client exits 1" '[ "$rc" = 1 ]'
+out_has "cannot send .*shrinks.bin: .*shrinks.bin shrank while being sent$" "client says the file shrank"
+if wait_for "$log" 'receiving shrinks.bin failed: '; then pass "the server reports the sender's failure"
+else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
+check "no shrinks.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+rm -f "$work/src/shrinks.bin"
 
 if tcp; then
     inode=$(stat -c %i "$work/dl/big.bin")

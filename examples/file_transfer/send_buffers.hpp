@@ -1,0 +1,118 @@
+// The sending side's buffers, registered on the connection, and the reads, hashes and WRITEs
+// under way from them. A buffer is not tied to a window slot: the receiver's credit frees a
+// slot, the local completions of a buffer's WRITE and hash free the buffer, so the next reads
+// can go on while every slot is in the receiver's hands.
+#pragma once
+
+#include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/random_access_file.hpp>
+#include <boost/asio/read_at.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <coverbs/registered_memory.hpp>
+#include <coverbs/socket.hpp>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "channel.hpp"
+#include "protocol.hpp"
+#include "whole_slot.hpp"
+
+namespace ft {
+
+/// A piece of the file on its way out: `bytes` from `offset`, read into buffer `buffer`.
+struct chunk {
+  std::uint32_t buffer;
+  std::uint64_t offset;
+  std::uint32_t bytes;
+};
+
+/// The completions hold these, so neither the memory nor its registration goes away under a
+/// read or a WRITE, whatever becomes of the transfer that started it. Used on the connection's
+/// thread only.
+struct send_buffers {
+  /// Reads kept going ahead of the WRITEs, so that a WRITE's post (over Soft-RoCE it does the
+  /// transfer's packet work in the posting thread's system call, ~25 ms a MiB in the test bed
+  /// VM) does not wait for the next slot's read.
+  static constexpr std::uint32_t read_ahead = 2;
+
+  /// One buffer per slot of `w`, and `read_ahead` more, registered on `s`. Throws
+  /// std::system_error.
+  send_buffers(coverbs::socket& s, const window& w)
+      : area(w),
+        count(w.slots + read_ahead),
+        memory(std::size_t{count} * w.slot_size),
+        writing(count, false),
+        hashing(count, false),
+        reading(count, false),
+        read(count),
+        wake(s.get_executor()) {
+    registration = s.register_memory(memory, coverbs::verbs::access::none);
+  }
+
+  struct read_result {
+    coverbs::error_code ec;
+    std::size_t bytes = 0;
+  };
+  window area;
+  std::uint32_t count;
+  std::vector<std::byte> memory;
+  coverbs::registered_memory registration;  // after `memory`: deregistered before it is freed
+  std::vector<bool> writing;                // a WRITE from this buffer is under way
+  std::vector<bool> hashing;                // so is hashing it
+  std::vector<bool> reading;                // and the read into it
+  std::vector<read_result> read;            // the last read's outcome
+  bool hash_failed = false;
+  std::uint32_t writes = 0, reads = 0;  // under way
+  std::uint64_t sent = 0;               // bytes whose WRITE completed
+  coverbs::error_code failure;
+  asio::steady_timer wake;  // cancelled when a read, a hash or a WRITE completes
+
+  std::byte* buffer(std::uint32_t b) { return memory.data() + std::size_t{b} * area.slot_size; }
+  bool idle(std::uint32_t b) const { return !writing[b] && !hashing[b] && !reading[b]; }
+  asio::awaitable<void> next_completion() {
+    wake.expires_at(asio::steady_timer::time_point::max());
+    co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+};
+
+/// Starts reading `c` into its buffer; `f` records how it went.
+inline void start_read(const std::shared_ptr<send_buffers>& f, asio::random_access_file& file,
+                       const chunk& c) {
+  f->reading[c.buffer] = true;
+  ++f->reads;
+  // The file's executor is the disk's: the buffers are the connection's.
+  asio::async_read_at(
+      file, c.offset, asio::buffer(f->buffer(c.buffer), c.bytes), whole_slot,
+      asio::bind_executor(f->wake.get_executor(), [f, b = c.buffer](coverbs::error_code ec, std::size_t got) {
+        f->reading[b] = false;
+        f->read[b] = {ec, got};
+        --f->reads;
+        f->wake.cancel();
+      }));
+}
+
+/// Waits for the read of `c`; throws transfer_error if it failed or came short.
+inline asio::awaitable<void> finish_read(send_buffers& f, const chunk& c, const std::string& name) {
+  while (f.reading[c.buffer]) co_await f.next_completion();
+  const auto& [ec, got] = f.read[c.buffer];
+  if (ec && ec != asio::error::eof)
+    throw transfer_error(transfer_error::origin::local, "cannot read " + name + ": " + ec.message());
+  if (got != c.bytes) throw transfer_error(transfer_error::origin::local, name + " shrank while being sent");
+}
+
+/// A buffer with nothing under way and no chunk of `ahead` waiting in it, if any.
+inline std::optional<std::uint32_t> idle_buffer(const send_buffers& f, const std::deque<chunk>& ahead) {
+  for (std::uint32_t b = 0; b < f.count; ++b) {
+    if (f.idle(b) && std::none_of(ahead.begin(), ahead.end(), [b](const chunk& c) { return c.buffer == b; }))
+      return b;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ft
