@@ -231,6 +231,7 @@ class server {
     std::optional<transfer_error> failure;
     try {
       co_await c.ch.send(ft::msg::file(size));
+      c.out.prepare(ft::tuning{}.slots, ft::tuning{}.slot_size);  // the client's window, unless set otherwise
       const ft::message reply = co_await c.ch.receive();
       if (reply.kind == ft::type::error) {  // the client cannot store it: its own problem
         say("[", id, "] the client refused ", name, ": ", reply.text);

@@ -21,6 +21,17 @@ class sender {
  public:
   explicit sender(channel& ch) : ch_(ch) {}
 
+  /// Makes the buffers for a window of `slots` slots of `slot_size` bytes before the receiver
+  /// offers one (allocating and registering them takes a while, and the receiver is busy
+  /// creating the file meanwhile); `send` makes them again if its window differs. Throws
+  /// std::system_error.
+  void prepare(std::uint32_t slots, std::uint32_t slot_size) {
+    window expected;
+    expected.slots = slots;
+    expected.slot_size = slot_size;
+    fit_buffers(expected);
+  }
+
   /// Sends `size` bytes of `file` (called `name` in errors) to where the receiver's `area`
   /// says, then `done` with their digest, and waits for the receiver's verdict. Returns the
   /// digest; throws transfer_error.
