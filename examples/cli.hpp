@@ -83,16 +83,17 @@ bool server_option(arguments& args, std::string_view arg, Options& o) {
   return true;
 }
 
-/// A server program's main after parsing: constructs `Server(io, opt)` (a failure there is
-/// "cannot listen on ..."), calls `start()`, runs the context until it stops, and returns the
-/// exit status: 1 if construction or the run failed, or if `failed()` says so.
-template <class Server, class Options>
-int run_server(std::string_view program, const Options& opt) {
+/// A server program's main after parsing: constructs `Server(io, opt, extra...)` (a failure
+/// there is "cannot listen on ..."), calls `start()`, runs the context until it stops, and
+/// returns the exit status: 1 if construction or the run failed, or if `failed()` says so.
+/// `extra` outlives the context, and with it any coroutine a failed run leaves suspended.
+template <class Server, class Options, class... Extra>
+int run_server(std::string_view program, const Options& opt, Extra&... extra) {
   try {
     boost::asio::io_context io;
     std::optional<Server> s;
     try {
-      s.emplace(io, opt);
+      s.emplace(io, opt, extra...);
     } catch (const std::exception& e) {
       std::cerr << program << ": cannot listen on " << boost::asio::ip::tcp::endpoint(opt.listen, opt.port)
                 << " (" << name(opt.kind) << "): " << describe(e) << "\n";

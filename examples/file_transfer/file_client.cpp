@@ -123,8 +123,9 @@ using origin = ft::transfer_error::origin;
 
 class client {
  public:
-  client(asio::io_context& io, const options& o, std::vector<ft::send_item> items)
+  client(asio::io_context& io, ft::disk& disk, const options& o, std::vector<ft::send_item> items)
       : io_(io),
+        disk_(disk),
         opt_(o),
         items_(std::move(items)),
         socket_(io, {.kind = o.kind}),
@@ -295,12 +296,12 @@ class client {
   }
 
   asio::io_context& io_;
+  ft::disk& disk_;  // where the files are read and written
   options opt_;
   std::vector<ft::send_item> items_;
   coverbs::socket socket_;
   asio::signal_set signals_;
   asio::steady_timer connect_timer_;
-  ft::disk disk_;                  // where the files are read and written
   asio::thread_pool blocking_{1};  // fdatasync, which io_uring-backed files lack
   ft::channel* ch_ = nullptr;
   std::string error_;
@@ -321,8 +322,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    ft::disk disk;  // outlives the io_context and any coroutine a failed run leaves there
     asio::io_context io;
-    client c(io, opt, std::move(items));
+    client c(io, disk, opt, std::move(items));
     c.start();
     io.run();
     if (!c.error().empty()) {

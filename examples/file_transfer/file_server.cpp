@@ -91,8 +91,11 @@ using origin = ft::transfer_error::origin;
 
 class server {
  public:
-  server(asio::io_context& io, const options& o)
-      : opt_(o), acceptor_(io, {o.listen, o.port}, {.kind = o.kind}), signals_(io, SIGINT, SIGTERM) {}
+  server(asio::io_context& io, const options& o, ft::disk& disk)
+      : disk_(disk),
+        opt_(o),
+        acceptor_(io, {o.listen, o.port}, {.kind = o.kind}),
+        signals_(io, SIGINT, SIGTERM) {}
 
   void start() {
     std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
@@ -267,10 +270,10 @@ class server {
     }
   }
 
+  ft::disk& disk_;  // where the files are read and written
   options opt_;
   coverbs::acceptor acceptor_;
   asio::signal_set signals_;
-  ft::disk disk_;                           // where the files are read and written
   asio::thread_pool blocking_{1};           // fdatasync, which io_uring-backed files lack
   std::map<std::size_t, connection> live_;  // a map: sessions hold references into it
   std::size_t accepted_ = 0;
@@ -280,5 +283,7 @@ class server {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cli::run_server<server>(program, parse(argc, argv));
+  const options opt = parse(argc, argv);
+  ft::disk disk;  // outlives the server's io_context and the coroutines a failed run leaves there
+  return cli::run_server<server>(program, opt, disk);
 }

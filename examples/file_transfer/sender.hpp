@@ -40,7 +40,8 @@ class sender {
     hasher hash(ch_.socket().get_executor(), check);  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
     auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
-    if (ec) throw_hash_failure(name, check);
+    // The last update's handler ran before this one: the hasher completes in order.
+    if (ec || buffers_->hash_failed) throw_hash_failure(name, check);
     co_await ch_.send(msg::done(sum));
     for (;;) {  // credits still on their way are of no use now
       const message m = co_await ch_.receive();

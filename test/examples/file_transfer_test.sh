@@ -22,11 +22,14 @@ chmod 755 "$work"  # the permission checks run programs as nobody
 as_user=()
 [ "$(id -u)" != 0 ] || as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
 
-# start_server DIR [ARGS...]: sets server_pid, port and log, once the server says where it listens.
+# start_server DIR [PREFIX...] [-- OPTIONS...]: runs the server (under PREFIX, a command that
+# runs it, with OPTIONS); sets server_pid, port and log, once it says where it listens.
 start_server() {
-    local dir=$1; shift
+    local dir=$1 prefix=() options=(); shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do prefix+=("$1"); shift; done
+    [ $# = 0 ] || { shift; options=("$@"); }
     log=$work/server-$RANDOM.log
-    launch "$log" "$@" "$server" --dir "$dir" --listen "$addr" --port 0
+    launch "$log" "${prefix[@]}" "$server" --dir "$dir" --listen "$addr" --port 0 "${options[@]}"
     to_server=("$client" --connect "$addr" --port "$port" --transport "$mode")
 }
 
@@ -173,18 +176,24 @@ else cp "$log" "$work/out"; fail "kill -9 the sending client: server reports it"
 check "no killed.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
 
 # The sender reads a few slots ahead of its WRITEs: a file cut short under it must still be
-# noticed, whichever read meets the end.
+# noticed. A server of its own with a window of one 64 KiB slot makes the transfer slow (a
+# credit per 64 KiB), and a stopped server credits nothing: the sender stops 192 KiB ahead,
+# far from the end, until the file is cut.
+main_pid=$server_pid main_log=$log main_to=("${to_server[@]}")
+start_server "$work/srv" -- --window 1 --slot-size 65536 --connections 1
 cp "$work/src/big.bin" "$work/src/shrinks.bin"
 "${to_server[@]}" send "$work/src/shrinks.bin" >"$work/client.log" 2>&1 &
 client_pid=$! && pids+=("$client_pid")
 wait_for "$work/client.log" 'shrinks.bin: [0-9]+%'
-kill -STOP "$client_pid"; truncate -s 1M "$work/src/shrinks.bin"; kill -CONT "$client_pid"
+kill -STOP "$server_pid"; truncate -s 1M "$work/src/shrinks.bin"; kill -CONT "$server_pid"
 finish "$client_pid"; cp "$work/client.log" "$work/out"
 check "a file that shrinks while sent: client exits 1" '[ "$rc" = 1 ]'
 out_has "cannot send .*shrinks.bin: .*shrinks.bin shrank while being sent$" "client says the file shrank"
 if wait_for "$log" 'receiving shrinks.bin failed: '; then pass "the server reports the sender's failure"
 else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
 check "no shrinks.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+finish "$server_pid"
+server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
 rm -f "$work/src/shrinks.bin"
 
 if tcp; then
