@@ -59,22 +59,32 @@ struct send_buffers {
     coverbs::error_code ec;
     std::size_t bytes = 0;
   };
-  window area;
-  std::uint32_t count;
-  std::vector<std::byte> memory;
+  window area;                              ///< the receiver's window these were made for
+  std::uint32_t count;                      ///< buffers: the window's slots and `read_ahead` more
+  std::vector<std::byte> memory;            ///< the buffers, one after another
   coverbs::registered_memory registration;  // after `memory`: deregistered before it is freed
   std::vector<bool> writing;                // a WRITE from this buffer is under way
   std::vector<bool> hashing;                // so is hashing it
   std::vector<bool> reading;                // and the read into it
   std::vector<read_result> read;            // the last read's outcome
-  bool hash_failed = false;
-  std::uint32_t writes = 0, reads = 0;  // under way
-  std::uint64_t sent = 0;               // bytes whose WRITE completed
-  coverbs::error_code failure;
-  asio::steady_timer wake;  // cancelled when a read, a hash or a WRITE completes
+  bool hash_failed = false;                 // a hash update failed
+  std::uint32_t writes = 0, reads = 0;      // under way
+  std::uint64_t sent = 0;                   // bytes whose WRITE completed
+  coverbs::error_code failure;              // the first WRITE that failed
+  asio::steady_timer wake;                  // cancelled when a read, a hash or a WRITE completes
 
-  std::byte* buffer(std::uint32_t b) { return memory.data() + std::size_t{b} * area.slot_size; }
+  /// Where buffer `b` starts in `memory` (and in the registration).
+  std::size_t offset(std::uint32_t b) const { return std::size_t{b} * area.slot_size; }
+  /// Buffer `b`'s bytes.
+  std::byte* buffer(std::uint32_t b) { return memory.data() + offset(b); }
+  /// Where `c` lies in the registration: the local side of its WRITE.
+  coverbs::verbs::local_buffer local(const chunk& c) const {
+    return registration.slice(offset(c.buffer), c.bytes);
+  }
+  /// Whether nothing is under way in buffer `b` (a chunk may still wait in it to be sent).
   bool idle(std::uint32_t b) const { return !writing[b] && !hashing[b] && !reading[b]; }
+  /// Waits until a read, a hash or a WRITE completes; one that completed before the wait does
+  /// not end it, so callers check what they await first.
   asio::awaitable<void> next_completion() {
     wake.expires_at(asio::steady_timer::time_point::max());
     co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -25,12 +25,7 @@ class sender {
   /// offers one (allocating and registering them takes a while, and the receiver is busy
   /// creating the file meanwhile); `send` makes them again if its window differs. Throws
   /// std::system_error.
-  void prepare(std::uint32_t slots, std::uint32_t slot_size) {
-    window expected;
-    expected.slots = slots;
-    expected.slot_size = slot_size;
-    fit_buffers(expected);
-  }
+  void prepare(std::uint32_t slots, std::uint32_t slot_size) { fit_buffers({slots, slot_size, {}}); }
 
   /// Sends `size` bytes of `file` (called `name` in errors) to where the receiver's `area`
   /// says, then `done` with their digest, and waits for the receiver's verdict. Returns the
@@ -128,8 +123,7 @@ class sender {
         ++f->writes;
         const std::uint32_t at = slot * area.slot_size;
         ch_.socket().async_write_with_immediate(
-            f->registration.slice(std::size_t{c.buffer} * area.slot_size, c.bytes),
-            area.where.sub(at, c.bytes), immediate(slot, c.bytes),
+            f->local(c), area.where.sub(at, c.bytes), immediate(slot, c.bytes),
             [f, b = c.buffer, n = c.bytes](coverbs::error_code ec, std::size_t) {
               f->writing[b] = false;
               --f->writes;
