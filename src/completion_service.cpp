@@ -38,6 +38,12 @@ void polled(operation* op) noexcept {
   (void)op;
 #endif
 }
+// The request chained behind `op` in a batch (each work request's wr_id is its operation).
+operation* chained_after(const operation& op, bool send) noexcept {
+  const std::uint64_t id = send ? (op.wr.send.next != nullptr ? op.wr.send.next->wr_id : 0)
+                                : (op.wr.recv.next != nullptr ? op.wr.recv.next->wr_id : 0);
+  return reinterpret_cast<operation*>(id);
+}
 // Whether a send queue's request raises a completion of its own.
 bool signalled(const operation& op) noexcept {
   return (op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
@@ -357,38 +363,81 @@ bool posting_queue::stays_unsignalled(operation& op) noexcept {
 int posting_queue::post(operation* op) {
   engine_->work_started();
   ++in_flight_;
-  const bool unsignalled = stays_unsignalled(*op);
-  if (unsignalled) ++unsignalled_in_flight_;
+  if (stays_unsignalled(*op)) ++unsignalled_in_flight_;
   // Everything written and listed before the post: the device may complete it before
   // ibv_post_* returns, and the thread that polls the completion then unlists it and frees it
   // (TSan found the list written after).
   posted_.push(op);
   posted(op);
+  if (batch_depth_ > 0) {
+    chain(op);
+    return 0;
+  }
+  operation* refused = nullptr;
+  const int rc = post_to_device(op, refused);
+  if (rc != 0) unpost(op);
+  return rc;
+}
+
+int posting_queue::post_to_device(operation* first, operation*& refused) noexcept {
   int rc = 0;
   switch (kind_) {
     case kind::send: {
       ibv_send_wr* bad = nullptr;
-      rc = ibv_post_send(static_cast<ibv_qp*>(native_), &op->wr.send, &bad);
+      rc = ibv_post_send(static_cast<ibv_qp*>(native_), &first->wr.send, &bad);
+      if (rc != 0) refused = bad != nullptr ? reinterpret_cast<operation*>(bad->wr_id) : first;
       break;
     }
-    case kind::receive: {
-      ibv_recv_wr* bad = nullptr;
-      rc = ibv_post_recv(static_cast<ibv_qp*>(native_), &op->wr.recv, &bad);
-      break;
-    }
+    case kind::receive:
     case kind::shared_receive: {
       ibv_recv_wr* bad = nullptr;
-      rc = ibv_post_srq_recv(static_cast<ibv_srq*>(native_), &op->wr.recv, &bad);
+      rc = kind_ == kind::receive ? ibv_post_recv(static_cast<ibv_qp*>(native_), &first->wr.recv, &bad)
+                                  : ibv_post_srq_recv(static_cast<ibv_srq*>(native_), &first->wr.recv, &bad);
+      if (rc != 0) refused = bad != nullptr ? reinterpret_cast<operation*>(bad->wr_id) : first;
       break;
     }
   }
-  if (rc != 0) {
-    posted_.erase(op);
-    --in_flight_;
-    if (unsignalled) --unsignalled_in_flight_;
-    engine_->work_abandoned();
-  }
   return rc;
+}
+
+void posting_queue::unpost(operation* op) noexcept {
+  posted_.erase(op);
+  --in_flight_;
+  if (kind_ == kind::send && !signalled(*op)) --unsignalled_in_flight_;
+  engine_->work_abandoned();
+}
+
+void posting_queue::chain(operation* op) noexcept {
+  if (kind_ == kind::send) {
+    op->wr.send.next = nullptr;
+    if (chain_tail_ != nullptr) chain_tail_->wr.send.next = &op->wr.send;
+  } else {
+    op->wr.recv.next = nullptr;
+    if (chain_tail_ != nullptr) chain_tail_->wr.recv.next = &op->wr.recv;
+  }
+  if (chain_head_ == nullptr) chain_head_ = op;
+  chain_tail_ = op;
+}
+
+void posting_queue::post_chain() {
+  operation* const first = std::exchange(chain_head_, nullptr);
+  chain_tail_ = nullptr;
+  if (first == nullptr) return;
+  operation* refused = nullptr;
+  const int rc = post_to_device(first, refused);
+  // The device took the requests before the refused one; that one and the rest were never
+  // posted, and fail as a refused single post does.
+  for (operation* op = rc != 0 ? refused : nullptr; op != nullptr;) {
+    operation* const after = chained_after(*op, kind_ == kind::send);
+    unpost(op);
+    if (op == &error_marker_) {
+      marker_posted_ = false;
+    } else {
+      op->post_error = rc;
+      engine_->complete_later(op);
+    }
+    op = after;
+  }
 }
 
 void posting_queue::on_completed(operation* op, op_queue& done) {

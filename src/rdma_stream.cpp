@@ -170,6 +170,9 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
     registered += front.pieces[i].size();
   if (registered < direct_threshold()) return 0;
   std::size_t total = 0;
+  // One post for all of them: nothing is copied in between (a copied write posts each send as
+  // soon as it is filled, so that the device sends while the next is copied).
+  const detail::posting_queue::batch together(qp_->send_queue());
   for (std::size_t i = 0; i < front.count && front.regions[i] != nullptr; ++i) {
     // A piece in no region is copied by transmit, once the direct sends before it are done.
     const auto* data = static_cast<const std::byte*>(front.pieces[i].data());

@@ -22,8 +22,27 @@ class posting_queue {
   posting_queue(const posting_queue&) = delete;
   posting_queue& operator=(const posting_queue&) = delete;
 
-  /// Posts `op` now, or queues it until a slot frees. Never completes it inline.
+  /// Posts `op` now (or, in a batch, when the batch closes), or queues it until a slot frees.
+  /// Never completes it inline.
   void submit(operation* op);
+
+  /// While one is open, the requests this queue posts are chained, and go to the device with
+  /// one ibv_post_* call when the last open batch closes: one doorbell for a burst (as
+  /// rdma-core advises posting lists), and under Soft-RoCE one system call, in which rxe sends
+  /// the burst and hands what passes its per-call budget to a softirq. A request the device
+  /// refuses then fails as a refused post does, through its handler, deferred.
+  class batch {
+   public:
+    explicit batch(posting_queue& queue) noexcept : queue_(queue) { ++queue_.batch_depth_; }
+    ~batch() {
+      if (--queue_.batch_depth_ == 0) queue_.post_chain();
+    }
+    batch(const batch&) = delete;
+    batch& operator=(const batch&) = delete;
+
+   private:
+    posting_queue& queue_;
+  };
   /// `op`, a request of this queue, completed: it goes to `done` (the error marker excepted),
   /// its slot is freed and queued requests are posted, whose post failures go to `done` too.
   /// On a send queue, the unsignalled requests posted before `op` have completed as well (a
@@ -52,6 +71,13 @@ class posting_queue {
 
  private:
   int post(operation* op);
+  /// The device post of `first` and the requests chained behind it; on failure `refused` is
+  /// the first one it did not take (those before it are posted).
+  int post_to_device(operation* first, operation*& refused) noexcept;
+  /// Undoes post()'s accounting for a request the device refused.
+  void unpost(operation* op) noexcept;
+  void chain(operation* op) noexcept;
+  void post_chain();
   /// Send queue: a request that asked for no completion gets one anyway when this many were
   /// posted without one in a row, so that unsignalled requests can never fill the queue.
   std::uint32_t max_unsignalled() const noexcept { return capacity_ / 2; }
@@ -72,6 +98,9 @@ class posting_queue {
   posting_queue* send_side_ = nullptr;
   op_queue waiting_;
   op_list posted_;
+  std::uint32_t batch_depth_ = 0;
+  operation* chain_head_ = nullptr;  ///< requests held by an open batch, linked through their wr
+  operation* chain_tail_ = nullptr;
 
   friend class completion_engine;  // links its queues through these
   posting_queue* prev_ = nullptr;
