@@ -368,11 +368,11 @@ int posting_queue::post(operation* op) {
   // ibv_post_* returns, and the thread that polls the completion then unlists it and frees it
   // (TSan found the list written after).
   posted_.push(op);
-  posted(op);
   if (batch_depth_ > 0) {
-    chain(op);
+    chain(op);  // annotated as posted when the chain goes (chain() writes it until then)
     return 0;
   }
+  posted(op);
   operation* refused = nullptr;
   const int rc = post_to_device(op, refused);
   if (rc != 0) unpost(op);
@@ -385,6 +385,8 @@ int posting_queue::post_to_device(operation* first, operation*& refused) noexcep
     case kind::send: {
       ibv_send_wr* bad = nullptr;
       rc = ibv_post_send(static_cast<ibv_qp*>(native_), &first->wr.send, &bad);
+      // Every rdma-core provider names the refused request; without it the whole chain counts
+      // as refused.
       if (rc != 0) refused = bad != nullptr ? reinterpret_cast<operation*>(bad->wr_id) : first;
       break;
     }
@@ -423,6 +425,7 @@ void posting_queue::post_chain() {
   operation* const first = std::exchange(chain_head_, nullptr);
   chain_tail_ = nullptr;
   if (first == nullptr) return;
+  for (operation* op = first; op != nullptr; op = chained_after(*op, kind_ == kind::send)) posted(op);
   operation* refused = nullptr;
   const int rc = post_to_device(first, refused);
   // The device took the requests before the refused one; that one and the rest were never

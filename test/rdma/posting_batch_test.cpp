@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "async_pair.hpp"
@@ -151,6 +153,7 @@ BOOST_AUTO_TEST_CASE(a_request_refused_in_a_batch_fails_with_those_behind_it) {
   p.b.close();
   run_until(p.io, [&] { return p.service.outstanding() == 0; });
   BOOST_TEST(p.service.outstanding() == 0u);
+  BOOST_TEST(p.a.send_queue().in_flight() == 0u);  // the refused ones hold no slot
   BOOST_TEST(received.size() == message_count);
 }
 

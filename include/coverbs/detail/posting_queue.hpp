@@ -76,7 +76,11 @@ class posting_queue {
   int post_to_device(operation* first, operation*& refused) noexcept;
   /// Undoes post()'s accounting for a request the device refused.
   void unpost(operation* op) noexcept;
+  /// Links `op` behind the requests an open batch holds.
   void chain(operation* op) noexcept;
+  /// Posts the chain a batch held; requests the device refused fail as a refused post does.
+  /// Called from ~batch: running out of memory while failing them ends the program (as in
+  /// qp_in_error).
   void post_chain();
   /// Send queue: a request that asked for no completion gets one anyway when this many were
   /// posted without one in a row, so that unsignalled requests can never fill the queue.
