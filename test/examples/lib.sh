@@ -35,7 +35,15 @@ pass() { stamp; echo "PASS $1 ($took)"; }
 fail() {
     stamp; echo "FAIL $1 ($took)"
     [ ! -s "$work/out" ] || sed 's/^/    | /' "$work/out" | tail -n "${fail_tail:-+1}"
+    tcp || device_counters
     failed=1
+}
+# The RDMA device's counters that are not zero: retransmissions, RNR NAKs and drops tell a lost
+# packet from a program that stalled (rdma_echo_example_test once waited 10 s for a reply).
+device_counters() {
+    command -v rdma >/dev/null || return 0
+    rdma statistic show 2>/dev/null |
+        awk '{ s = $1 " " $2; for (i = 3; i < NF; i += 2) if ($(i + 1) != 0) s = s " " $i "=" $(i + 1); print "    device: " s }'
 }
 check() { if eval "$2"; then pass "$1"; else fail "$1"; fi; }  # check DESCRIPTION SHELL-CONDITION
 
