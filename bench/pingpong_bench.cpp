@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
             samples = std::move(p.samples);
           }
           const std::string_view bench = op == "send" ? "pingpong" : op;
-          const case_id c{bench, "coverbs", o.net.transport_name(), o.net.mode_label(mode), size, 1};
+          const std::string label = o.net.mode_label(mode);
+          const case_id c{bench, "coverbs", o.net.transport_name(), label, size, 1};
           report(c, samples);
           if (allocs) emit(c, "allocs_per_rt", *allocs);
         }

@@ -53,6 +53,15 @@ def size_name(n):
     return f"{n} B"
 
 
+def mode_name(mode):
+    """'event', or 'event:1048576x8' (stream buffers other than the defaults) as 'event, 1 MiB buffers × 8'."""
+    polling, _, buffers = mode.partition(":")
+    if not buffers:
+        return mode
+    size, count = buffers.split("x")
+    return f"{polling}, {size_name(int(size))} buffers × {count}"
+
+
 def fmt(v):
     if v is None:
         return "—"
@@ -152,7 +161,7 @@ def build_tables(t):
     for mode, size, conns in t.keys("stream", "coverbs", "rdma"):
         for tool in ("ib_write_bw", "ib_send_bw") if conns > 1 else ("ib_write_bw",):
             target = (">=", 0.95) if tool == "ib_write_bw" and size >= 65536 else None
-            t.row(f"stream {size_name(size)} × {conns}, {mode} vs {tool} -q {conns}",
+            t.row(f"stream {size_name(size)} × {conns}, {mode_name(mode)} vs {tool} -q {conns}",
                   ("stream", "coverbs", "rdma", mode, size, conns, "mib_s"),
                   ("stream", tool, "rdma", "poll", size, conns, "mib_s"), target=target)
     for mode, size, conns in t.keys("echo", "coverbs", "rdma"):

@@ -102,7 +102,7 @@ void run_stream(const options& o, coverbs::polling_mode mode, std::size_t size) 
   emit({"stream", "coverbs", o.net.transport_name(), o.net.mode_label(mode), size, o.connections}, "mib_s",
        rate);
   std::printf("stream %-5s %-8s %8zu B x %zu conn  %10.1f MiB/s\n",
-              std::string(o.net.transport_name()).c_str(), std::string(o.net.mode_label(mode)).c_str(), size,
+              std::string(o.net.transport_name()).c_str(), o.net.mode_label(mode).c_str(), size,
               o.connections, rate);
 }
 
@@ -114,14 +114,14 @@ void run_echo(const options& o, coverbs::polling_mode mode, std::size_t connecti
       [&](coverbs::socket& s, std::size_t i) { return p.client(s, i); });
   const double trips = static_cast<double>(connections * (o.echo_warmup + o.echo_count));
   const double rate = trips / std::chrono::duration<double>(p.end - state.start).count();
-  const case_id c{"echo",      "coverbs",  o.net.transport_name(), o.net.mode_label(mode),
-                  o.echo_size, connections};
+  const std::string label = o.net.mode_label(mode);
+  const case_id c{"echo", "coverbs", o.net.transport_name(), label, o.echo_size, connections};
   emit(c, "rt_per_s", rate);
   emit(c, "p50_us", percentile(p.samples, 0.5));
   emit(c, "p99_us", percentile(p.samples, 0.99));
   std::printf("echo   %-5s %-8s %8zu B x %zu conn  %10.0f round trips/s  p50 %.1f  p99 %.1f us\n",
-              std::string(o.net.transport_name()).c_str(), std::string(o.net.mode_label(mode)).c_str(),
-              o.echo_size, connections, rate, percentile(p.samples, 0.5), percentile(p.samples, 0.99));
+              std::string(o.net.transport_name()).c_str(), label.c_str(), o.echo_size, connections, rate,
+              percentile(p.samples, 0.5), percentile(p.samples, 0.99));
 }
 
 }  // namespace
