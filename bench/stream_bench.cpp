@@ -99,11 +99,10 @@ void run_stream(const options& o, coverbs::polling_mode mode, std::size_t size) 
       [&](coverbs::socket& s, std::size_t i) { return p.client(s, i); });
   const auto took = clock_type::duration(state.end.load()) - state.start.time_since_epoch();
   const double rate = mib_per_s(p.bytes * o.connections, took);
-  emit({"stream", "coverbs", o.net.transport_name(), o.net.mode_label(mode), size, o.connections}, "mib_s",
-       rate);
+  const std::string label = o.net.mode_label(mode);
+  emit({"stream", "coverbs", o.net.transport_name(), label, size, o.connections}, "mib_s", rate);
   std::printf("stream %-5s %-8s %8zu B x %zu conn  %10.1f MiB/s\n",
-              std::string(o.net.transport_name()).c_str(), o.net.mode_label(mode).c_str(), size,
-              o.connections, rate);
+              std::string(o.net.transport_name()).c_str(), label.c_str(), size, o.connections, rate);
 }
 
 void run_echo(const options& o, coverbs::polling_mode mode, std::size_t connections) {
