@@ -1,6 +1,7 @@
 #include "coverbs/completion_service.hpp"
 
 #include <arpa/inet.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <array>
@@ -59,6 +60,7 @@ completion_engine::completion_engine(const boost::asio::any_io_executor& ex, con
       channel(opts.mode == polling_mode::busy ? std::nullopt : std::make_optional<verbs::completion_channel>(d)),
       cq(d, opts.entries, channel ? &*channel : nullptr) {
   if (channel) descriptor_.emplace(executor, channel->fd());
+  if (channel && options.lost_event_check.count() > 0) watch_timer_.emplace(executor);
 }
 
 void completion_engine::work_started() {
@@ -72,7 +74,7 @@ void completion_engine::work_abandoned() noexcept {
   if (--outstanding_ == 0 && active_ && descriptor_ && !in_step_) {
     boost::system::error_code ignored;
     descriptor_->cancel(ignored);
-    active_ = false;
+    go_idle();
   }
 }
 
@@ -95,17 +97,76 @@ void completion_engine::start() {
 }
 
 void completion_engine::wait_for_event() {
+  waiting_ = true;
+  ++waits_;
+  if (watch_timer_ && !watching_) watch();
   descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
-                            if (!ec && self->current(loop)) self->on_event();
+                            if (ec || !self->current(loop)) return;
+                            self->waiting_ = false;
+                            self->on_event();
                           });
 }
 
-void completion_engine::on_event() {
-  const std::uint64_t loop = loop_;
+void completion_engine::go_idle() noexcept {
+  active_ = false;
+  waiting_ = false;
+  // A pending timer would keep io_context::run from returning.
+  if (watching_) {
+    watching_ = false;
+    ++watch_round_;
+    watch_timer_->cancel();
+  }
+}
+
+// The timer is not restarted per wait (that would cost a timer update per completion): it
+// ticks while the loop runs, and a tick checks a wait only if it is the one that stood at the
+// tick before.
+void completion_engine::watch() {
+  watching_ = true;
+  waits_at_tick_ = waits_;
+  watch_timer_->expires_after(options.lost_event_check);
+  watch_timer_->async_wait(
+      [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
+        if (!ec && round == self->watch_round_) self->on_watch_tick();
+      });
+}
+
+void completion_engine::on_watch_tick() {
+  watching_ = false;
+  if (closed_ || !active_ || !waiting_) return;  // the next wait starts the timer again
+  if (waits_ == waits_at_tick_) check_for_lost_event();
+  if (waiting_ && !watching_) watch();
+}
+
+void completion_engine::check_for_lost_event() {
+  pollfd readable{.fd = channel->fd(), .events = POLLIN, .revents = 0};
+  if (::poll(&readable, 1, 0) != 0) return;  // an event is there: the wait ends by itself
   in_step_ = true;
   op_queue done;
-  std::size_t found = collect(done);
+  const std::size_t found = collect(done);
+  if (found == 0) {  // nothing came: the wait is for work still under way
+    in_step_ = false;
+    return;
+  }
+  ++lost_events_;
+  ++loop_;  // the standing wait's handler is stale now
+  waiting_ = false;
+  boost::system::error_code ignored;
+  descriptor_->cancel(ignored);
+  arm_standing_ = false;  // the arm raised nothing; the device may not count it as standing
+  after_wait(done, found);
+}
+
+void completion_engine::on_event() {
+  in_step_ = true;
+  op_queue done;
+  const std::size_t found = collect(done);
+  after_wait(done, found);
+}
+
+void completion_engine::after_wait(op_queue& done, std::size_t found) {
+  const std::uint64_t loop = loop_;
   // Adaptive mode sleeps only once a spin is over: what it waited since that spin began.
   const auto woke = options.mode == polling_mode::adaptive && found > 0
                         ? std::chrono::steady_clock::now()
@@ -121,7 +182,7 @@ void completion_engine::on_event() {
   const bool spin_again = options.mode == polling_mode::adaptive && found + late > 0;
   if (spin_again) learn((found > 0 ? woke : std::chrono::steady_clock::now()) - spin_start_);
   if (outstanding_ == 0) {
-    active_ = false;
+    go_idle();
   } else if (spin_again || !armed) {
     empty_polls_ = 0;
     poll_soon();
@@ -146,6 +207,8 @@ bool completion_engine::run_handlers_in_step(op_queue& done, std::uint64_t loop)
 // arm again while an arm stands (the CQ is armed, or its event is pending and will wake the
 // wait), so at most one event is ever pending: one read takes them all, without the read that
 // finds the channel empty, a system call per wake-up that ib_send_lat -e does not make either.
+// (After a lost event the CQ is armed again with no event taken; if that event comes after all,
+// it wakes a wait that takes it for the new arm's, and the next wake-up takes the other.)
 void completion_engine::take_events() {
   if (!arm_standing_) return;  // nothing can have come
   ++channel_reads_;
@@ -187,7 +250,7 @@ void completion_engine::on_poll_step() {
   // What was found runs before the next step is posted, which would otherwise come first.
   if (found && !run_handlers_in_step(done, loop)) return;
   if (outstanding_ == 0) {
-    active_ = false;
+    go_idle();
   } else if (!may_sleep || !arm()) {
     poll_soon();
   } else if (collect(done) == 0) {
@@ -285,6 +348,7 @@ void completion_engine::drain_once(bool defer) {
 
 void completion_engine::shutdown() noexcept {
   closed_ = true;
+  go_idle();
   if (descriptor_) {
     boost::system::error_code ignored;
     descriptor_->cancel(ignored);
@@ -583,6 +647,9 @@ std::size_t completion_service::channel_reads() const noexcept {
 }
 std::size_t completion_service::arms() const noexcept {
   return engine_->arms_;
+}
+std::size_t completion_service::lost_events() const noexcept {
+  return engine_->lost_events_;
 }
 std::chrono::microseconds completion_service::spin_budget() const noexcept {
   return std::chrono::duration_cast<std::chrono::microseconds>(engine_->spin_budget());

@@ -3,6 +3,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -54,6 +55,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::size_t events_ = 0;       ///< taken from the completion channel
   std::size_t channel_reads_ = 0;  ///< reads of the channel, empty ones included
   std::size_t arms_ = 0;           ///< successful ibv_req_notify_cq calls
+  std::size_t lost_events_ = 0;    ///< waits ended by the lost-event check
 
   /// Adaptive mode: the current spin, from `options` and the waits learned so far.
   std::chrono::nanoseconds spin_budget() const noexcept;
@@ -63,6 +65,17 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void start();
   void wait_for_event();
   void on_event();
+  /// What follows a wait that found `found` completions (already in `done`): the handlers,
+  /// the event, the arm and the loop's next step. Inside a step (in_step_).
+  void after_wait(op_queue& done, std::size_t found);
+  /// The loop stops until the next work_started: nothing is outstanding.
+  void go_idle() noexcept;
+  /// Starts the lost-event check's timer unless it runs (see completion_options).
+  void watch();
+  void on_watch_tick();
+  /// A wait stood a whole period with no event: if the CQ holds completions, their event was
+  /// lost; takes them and ends the wait as an event would have.
+  void check_for_lost_event();
   /// Reads and acknowledges the channel's pending event, if any.
   void take_events();
   /// Makes sure the next completion raises an event (or one is pending already); false if the
@@ -86,6 +99,12 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void drain_once(bool defer);
 
   std::optional<boost::asio::posix::stream_descriptor> descriptor_;
+  std::optional<boost::asio::steady_timer> watch_timer_;  ///< the lost-event check's
+  std::uint64_t watch_round_ = 0;    ///< counts watch()es: a tick cancelled too late is stale
+  bool watching_ = false;            ///< the timer runs
+  bool waiting_ = false;             ///< a wait on the channel stands
+  std::uint64_t waits_ = 0;          ///< waits begun
+  std::uint64_t waits_at_tick_ = 0;  ///< `waits_` at the check's last tick
   posting_queue* queues_ = nullptr;
   bool active_ = false;
   bool closed_ = false;
