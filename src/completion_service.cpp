@@ -57,7 +57,8 @@ completion_engine::completion_engine(const boost::asio::any_io_executor& ex, con
       executor(ex),
       dev(d),
       options(opts),
-      channel(opts.mode == polling_mode::busy ? std::nullopt : std::make_optional<verbs::completion_channel>(d)),
+      channel(opts.mode == polling_mode::busy ? std::nullopt
+                                              : std::make_optional<verbs::completion_channel>(d)),
       cq(d, opts.entries, channel ? &*channel : nullptr) {
   if (channel) descriptor_.emplace(executor, channel->fd());
   if (channel && options.lost_event_check.count() > 0) watch_timer_.emplace(executor);
@@ -135,6 +136,14 @@ void completion_engine::watch() {
 void completion_engine::on_watch_tick() {
   watching_ = false;
   if (closed_ || !active_ || !waiting_) return;  // the next wait starts the timer again
+  if (outstanding_ == 0) {
+    // drain_until completed what the wait was for (a queue pair destroyed meanwhile): no event
+    // will come, and the wait would keep io_context::run from returning.
+    boost::system::error_code ignored;
+    descriptor_->cancel(ignored);
+    go_idle();
+    return;
+  }
   if (waits_ == waits_at_tick_) check_for_lost_event();
   if (waiting_ && !watching_) watch();
 }
@@ -205,10 +214,10 @@ bool completion_engine::run_handlers_in_step(op_queue& done, std::uint64_t loop)
 // Every pending channel event must be taken and acknowledged, or the fd stays readable and the
 // CQ cannot be destroyed. An armed CQ raises one event and is then disarmed, and arm() does not
 // arm again while an arm stands (the CQ is armed, or its event is pending and will wake the
-// wait), so at most one event is ever pending: one read takes them all, without the read that
-// finds the channel empty, a system call per wake-up that ib_send_lat -e does not make either.
-// (After a lost event the CQ is armed again with no event taken; if that event comes after all,
-// it wakes a wait that takes it for the new arm's, and the next wake-up takes the other.)
+// wait), so one event at most is pending: one read takes it, without the read that finds the
+// channel empty, a system call per wake-up that ib_send_lat -e does not make either. The
+// exception: after a lost-event check the CQ is armed again with no event taken, and if that
+// event was only late, two can be pending; a wait then takes each at its own wake-up.
 void completion_engine::take_events() {
   if (!arm_standing_) return;  // nothing can have come
   ++channel_reads_;
@@ -349,6 +358,9 @@ void completion_engine::drain_once(bool defer) {
 void completion_engine::shutdown() noexcept {
   closed_ = true;
   go_idle();
+  // A timer that once waited cancels on its destruction too, which must not be after the
+  // execution context's: the engine can outlive it (see handler_holder).
+  if (watch_timer_) watch_timer_->cancel();
   if (descriptor_) {
     boost::system::error_code ignored;
     descriptor_->cancel(ignored);

@@ -40,9 +40,10 @@ struct completion_options {
   /// the CQ is polled once, in case a completion raised no event. A device should never lose
   /// one, but some have (Soft-RoCE in Linux 6.1 decides whether to raise it outside the CQ's
   /// lock, racing the arm; rdma-core's mana provider dropped arms until 2026); the wait would
-  /// then last until the next completion on the CQ: for ever, if the peers wait on each other. A wait is checked after standing one to two periods; the
-  /// timer runs only while operations are pending, so it costs one wake-up per period on a busy
-  /// or waiting connection and nothing on an idle service. Zero turns the check off.
+  /// then last until the next completion on the CQ: for ever, if the peers wait on each other.
+  /// A wait is checked after standing one to two periods; the timer runs only while operations
+  /// are pending, so it costs one wake-up per period on a busy or waiting connection and nothing
+  /// on an idle service. Zero turns the check off.
   std::chrono::milliseconds lost_event_check{1000};
 };
 
@@ -86,7 +87,8 @@ class completion_service {
   /// (plus `lost_events()`).
   std::size_t arms() const noexcept;
   /// Waits that the lost-event check (see completion_options) ended: completions were in the
-  /// CQ, and no event had come for them. The CQ is armed again after each.
+  /// CQ, and no event had come for them yet (a late one, under load, counts too). The CQ is armed again after
+  /// each.
   std::size_t lost_events() const noexcept;
   /// Adaptive mode: how long the service now polls after a completion before it sleeps.
   std::chrono::microseconds spin_budget() const noexcept;
