@@ -200,7 +200,9 @@ class run {
   void tick() {
     ticker_.expires_after(std::chrono::seconds(1));
     ticker_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      // done() cancels the timer, but a tick already due when it did still runs, without an
+      // error: it must not go on ticking, and time the run out, after every connection finished.
+      if (ec || finished_ == opt_.connections) return;
       const auto now = clock_type::now();
       // Connections count as progress too: many of them may take a while to set up.
       if (connected_ + round_trips_ != last_count_) {
