@@ -358,8 +358,9 @@ void completion_engine::drain_once(bool defer) {
 void completion_engine::shutdown() noexcept {
   closed_ = true;
   go_idle();
-  // A timer that once waited cancels on its destruction too, which must not be after the
-  // execution context's: the engine can outlive it (see handler_holder).
+  // A timer that has waited cancels again when destroyed, which must not reach a reactor
+  // already gone (the engine can outlive its execution context: see handler_holder); after
+  // this cancel, that one does nothing.
   if (watch_timer_) watch_timer_->cancel();
   if (descriptor_) {
     boost::system::error_code ignored;

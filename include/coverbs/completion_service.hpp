@@ -87,8 +87,8 @@ class completion_service {
   /// (plus `lost_events()`).
   std::size_t arms() const noexcept;
   /// Waits that the lost-event check (see completion_options) ended: completions were in the
-  /// CQ, and no event had come for them yet (a late one, under load, counts too). The CQ is armed again after
-  /// each.
+  /// CQ, and no event had come for them yet (a late one, under load, counts too). The CQ is
+  /// armed again after each.
   std::size_t lost_events() const noexcept;
   /// Adaptive mode: how long the service now polls after a completion before it sleeps.
   std::chrono::microseconds spin_budget() const noexcept;

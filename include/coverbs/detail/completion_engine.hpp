@@ -115,14 +115,16 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::chrono::nanoseconds typical_wait_{0};              ///< moving average of learned waits
   unsigned empty_polls_ = 0;                              ///< since the last completion
   bool arm_standing_ = false;  ///< armed since the last event taken: armed, or its event pending
-  /// Counts start()s (and waits a lost-event check ended). A loop ends when nothing is outstanding, but
-  /// work_abandoned() ends one from outside, and a wait it cancelled too late or a poll step already posted
-  /// would run on beside the next loop; their handlers carry their loop's number and stop when it is old.
+  /// Counts start()s (and waits a lost-event check ended). A loop ends when nothing is
+  /// outstanding, but work_abandoned() ends one from outside, and a wait it cancelled too late
+  /// or a poll step already posted would run on beside the next loop; their handlers carry
+  /// their loop's number and stop when it is old.
   std::uint64_t loop_ = 0;
-  /// In on_event, on_poll_step or a lost-event check until the loop's next step is decided (handlers that run
-  /// before it included): a post that fails there (a handler's, or a request that waited for
-  /// room in its queue) must not stop the loop under the step, which would then go on beside
-  /// the loop the next successful post starts; the step sees what is outstanding.
+  /// In on_event, on_poll_step or a lost-event check until the loop's next step is decided
+  /// (handlers that run before it included): a post that fails there (a handler's, or a
+  /// request that waited for room in its queue) must not stop the loop under the step, which
+  /// would then go on beside the loop the next successful post starts; the step sees what is
+  /// outstanding.
   bool in_step_ = false;
 };
 
