@@ -68,9 +68,14 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// What follows a wait that found `found` completions (already in `done`): the handlers,
   /// the event, the arm and the loop's next step. Inside a step (in_step_).
   void after_wait(op_queue& done, std::size_t found);
-  /// The loop stops until the next work_started (nothing is outstanding); a tick of the
-  /// lost-event check already queued is made stale.
+  /// The loop stops until the next work_started (nothing is outstanding), and the lost-event
+  /// check's timer with it; a tick already queued is made stale.
   void go_idle() noexcept;
+  /// As go_idle, at the end of a step: the timer stops from a handler posted behind this one,
+  /// so that a loop started again meanwhile (by a completion handler of this step, which posts
+  /// the next request) keeps it instead of stopping and restarting it.
+  void go_idle_after_step();
+  void stop_watch() noexcept;
   /// Starts the lost-event check's timer unless it runs (see completion_options).
   void watch();
   void on_watch_tick();
@@ -103,6 +108,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::optional<boost::asio::steady_timer> watch_timer_;  ///< the lost-event check's
   std::uint64_t watch_round_ = 0;    ///< counts watch()es: a tick cancelled too late is stale
   bool watching_ = false;            ///< the timer runs
+  bool stop_posted_ = false;         ///< go_idle_after_step's handler is on its way
   bool waiting_ = false;             ///< a wait on the channel stands
   std::uint64_t waits_ = 0;          ///< waits begun
   std::uint64_t waits_at_tick_ = 0;  ///< `waits_` at the check's last tick
