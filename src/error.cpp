@@ -58,6 +58,8 @@ class library_category_impl final : public std::error_category {
       case errc::malformed_frame: return "malformed or inconsistent frame from peer";
       case errc::too_many_operations: return "too many operations outstanding on this connection";
       case errc::registration_limit: return "the connection's registered memory limit would be exceeded";
+      case errc::stale_connection:
+        return "the peer's connection manager still holds a connection from this queue pair (stale)";
     }
     return "unknown coverbs error";
   }
@@ -73,6 +75,7 @@ class library_category_impl final : public std::error_category {
       case errc::malformed_frame: return std::errc::bad_message;
       case errc::too_many_operations: return std::errc::resource_unavailable_try_again;
       case errc::registration_limit: return std::errc::not_enough_memory;
+      case errc::stale_connection: return std::errc::resource_unavailable_try_again;
     }
     return {value, *this};
   }

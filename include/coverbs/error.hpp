@@ -49,6 +49,7 @@ enum class errc {
   malformed_frame,        ///< a TCP-fallback frame from a peer breaks the wire protocol
   too_many_operations,    ///< the connection holds `socket_options::max_outstanding_operations` already
   registration_limit,     ///< registering would pass `socket_options::max_registered_bytes`
+  stale_connection,       ///< the peer's CM still holds a connection from this QP number
 };
 
 /// The category of `wc_errc`: messages name the verbs status, conditions map to `std::errc`.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "coverbs/detail/throw_error.hpp"
+#include "coverbs/error.hpp"
 #include "coverbs/verbs/shared_receive_queue.hpp"
 
 namespace coverbs::cm {
@@ -39,11 +40,28 @@ constexpr std::uint32_t connect_events = bit(RDMA_CM_EVENT_ESTABLISHED) |
 constexpr std::uint32_t disconnect_events =
     bit(RDMA_CM_EVENT_DISCONNECTED) | bit(RDMA_CM_EVENT_DEVICE_REMOVAL);
 
+// Reject reasons of the IB CM (IBTA, table "REJ reason"), as the kernel puts them in the
+// REJECTED event's status; iWARP reports a refusal as -ECONNREFUSED.
+constexpr int rej_timeout = 4, rej_stale_connection = 10;
+
+/// What a REJ means to the requester: a refusal (no listener, the consumer's reject, and the
+/// reasons no retry mends), or one of the two that are not the peer saying no.
+error_code rejection(int reason) {
+  switch (reason) {
+    // The peer's CM gave up waiting for this side's answer.
+    case rej_timeout: return error::timed_out;
+    // The peer's CM still holds a connection from this QP number (in time-wait): the listener
+    // never saw the request, and a new QP would get through.
+    case rej_stale_connection: return make_error_code(errc::stale_connection);
+    default: return error::connection_refused;
+  }
+}
+
 /// How a connect or accept that did not reach ESTABLISHED failed.
 error_code connection_failure(detail::id_state& s, detail::event_record& e) {
   if (e.type == RDMA_CM_EVENT_REJECTED) {
     s.peer_data = std::move(e.private_data);  // the reject's reason, for peer_private_data()
-    return error::connection_refused;
+    return rejection(e.status);
   }
   switch (e.type) {
     case RDMA_CM_EVENT_UNREACHABLE: return error::host_unreachable;

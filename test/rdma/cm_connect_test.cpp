@@ -187,6 +187,29 @@ BOOST_AUTO_TEST_CASE(reject_carries_private_data) {
   });
 }
 
+// Two requesters without a QP both announce QP number 0: the listener's CM takes the second
+// request for a stale copy of the first and answers it with a REJ (reason 10) itself. That is
+// not the peer refusing (an automatic socket would fall back to TCP on a refusal): it has its
+// own code. The server's side has a QP: its REP announcing QP 0 as well would be stale to the
+// requester's CM, the same kernel's here.
+BOOST_AUTO_TEST_CASE(stale_connection_is_not_a_refusal) {
+  std::unique_ptr<connection> accepted;
+  run([&]() -> asio::awaitable<void> {
+    cm::id first = co_await resolved_client(server);
+    cm::id second = co_await resolved_client(server);
+    auto serve = [&]() -> asio::awaitable<void> {
+      accepted = std::make_unique<connection>(co_await listener.async_get_request(use_awaitable));
+      add_queue_pair(*accepted);
+      co_await accepted->id.async_accept({}, use_awaitable);
+    };
+    co_await (first.async_connect({}, use_awaitable) && serve());
+    auto [ec] = co_await second.async_connect({}, asio::as_tuple(use_awaitable));
+    BOOST_TEST((ec == make_error_code(errc::stale_connection)), ec.message());
+    BOOST_TEST((ec == std::errc::resource_unavailable_try_again));
+    BOOST_TEST((ec != asio::error::connection_refused));
+  });
+}
+
 BOOST_AUTO_TEST_CASE(concurrent_connections_through_one_listener) {
   constexpr int clients = 4;
   std::vector<std::unique_ptr<connection>> accepted;

@@ -48,6 +48,10 @@ BOOST_AUTO_TEST_CASE(limit_errors_say_which_limit) {
   const auto memory = coverbs::make_error_code(coverbs::errc::registration_limit);
   BOOST_TEST(memory.message() == "the connection's registered memory limit would be exceeded");
   BOOST_TEST((memory == std::errc::not_enough_memory));
+  // A stale connection is the one CM rejection worth retrying (with a new queue pair).
+  const auto stale = coverbs::make_error_code(coverbs::errc::stale_connection);
+  BOOST_TEST(stale.message().find("stale") != std::string::npos);
+  BOOST_TEST((stale == std::errc::resource_unavailable_try_again));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -99,9 +99,11 @@ class id {
 
   /// Connects a resolved id, sending `private_data` (at most 56 bytes), and completes when
   /// established: `void(error_code)`. A refusal (a reject, or no listener on the port) gives
-  /// `connection_refused`, no answer `host_unreachable`. Create the QP first: without one
-  /// rdma_cm announces QP number 0, and the CM refuses a second such connection between the
-  /// same two devices as stale.
+  /// `connection_refused`, no answer `host_unreachable`, a peer CM that timed out on this side
+  /// `timed_out`, and a QP number the peer's CM still holds from an earlier connection (in
+  /// time-wait) `errc::stale_connection`: a new QP gets through. Create the QP first: without
+  /// one rdma_cm announces QP number 0, and the second such connection between the same two
+  /// devices is stale.
   template <class Token = boost::asio::default_completion_token_t<executor_type>>
   auto async_connect(std::span<const std::byte> private_data, Token&& token = {}) {
     return start<void(error_code)>(connect_steps(private_data), std::forward<Token>(token));
