@@ -73,8 +73,7 @@ void completion_engine::work_abandoned() noexcept {
   // A wait with nothing left to complete would keep io_context::run from returning. Inside a
   // step (a completion let a waiting request be posted) the step itself sees the count.
   if (--outstanding_ == 0 && active_ && descriptor_ && !in_step_) {
-    boost::system::error_code ignored;
-    descriptor_->cancel(ignored);
+    abandon_wait();
     go_idle();
   }
 }
@@ -107,6 +106,12 @@ void completion_engine::wait_for_event() {
                             self->waiting_ = false;
                             self->on_event();
                           });
+}
+
+void completion_engine::abandon_wait() noexcept {
+  waiting_ = false;
+  boost::system::error_code ignored;
+  descriptor_->cancel(ignored);
 }
 
 void completion_engine::go_idle() noexcept {
@@ -157,8 +162,7 @@ void completion_engine::on_watch_tick() {
   if (outstanding_ == 0) {
     // drain_until completed what the wait was for (a queue pair destroyed meanwhile): no event
     // will come, and the wait would keep io_context::run from returning.
-    boost::system::error_code ignored;
-    descriptor_->cancel(ignored);
+    abandon_wait();
     go_idle();
     return;
   }
@@ -178,9 +182,7 @@ void completion_engine::check_for_lost_event() {
   }
   ++lost_events_;
   ++loop_;  // the standing wait's handler is stale now
-  waiting_ = false;
-  boost::system::error_code ignored;
-  descriptor_->cancel(ignored);
+  abandon_wait();
   arm_standing_ = false;  // the arm raised nothing; the device may not count it as standing
   after_wait(done, found);
 }

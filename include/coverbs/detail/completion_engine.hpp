@@ -64,6 +64,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   static constexpr std::size_t batch = 32;
   void start();
   void wait_for_event();
+  /// Ends the standing wait: its handler gets operation_aborted and does nothing.
+  void abandon_wait() noexcept;
   void on_event();
   /// What follows a wait that found `found` completions (already in `done`): the handlers,
   /// the event, the arm and the loop's next step. Inside a step (in_step_).
