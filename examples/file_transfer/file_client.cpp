@@ -163,13 +163,15 @@ class client {
     const asio::ip::tcp::endpoint server(opt_.server, opt_.port);
     connect_timer_.expires_after(opt_.timeout);
     connect_timer_.async_wait([this, server](boost::system::error_code ec) {
-      if (ec) return;
+      // A tick already due when the connect completed runs without an error: see connected_.
+      if (ec || connected_) return;
       std::ostringstream s;
       s << "cannot connect to " << server << ": no answer within " << opt_.timeout.count() << " s";
       fail(s.str());
       io_.stop();
     });
     auto [ec] = co_await socket_.async_connect(server, asio::as_tuple(asio::use_awaitable));
+    connected_ = true;
     connect_timer_.cancel();
     if (ec) {
       std::ostringstream s;
@@ -302,6 +304,7 @@ class client {
   coverbs::socket socket_;
   asio::signal_set signals_;
   asio::steady_timer connect_timer_;
+  bool connected_ = false;  ///< the connect finished (with or without an error): no timeout
   asio::thread_pool blocking_{1};  // fdatasync, which io_uring-backed files lack
   ft::channel* ch_ = nullptr;
   std::string error_;
