@@ -130,8 +130,8 @@ class socket {
   /// Connects to `peer` (closing any current connection first) over the transport the options
   /// choose: RDMA through rdma_cm where a device serves the route and the peer accepts RDMA,
   /// else TCP. Completion: `void(error_code)`, with Asio's codes (connection_refused, ...);
-  /// over RDMA also `errc::stale_connection` when the peer's CM still held the new QP's
-  /// number from an earlier connection (connecting again uses a new QP).
+  /// over RDMA also `errc::stale_connection` when the peer's CM took the new QP's number for
+  /// a connection it still held (it drops that one: connecting again gets through).
   /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
   /// timer with `||`) abandons the attempt: whatever was half set up is torn down, and the
   /// completion is `operation_aborted`.

@@ -41,17 +41,19 @@ constexpr std::uint32_t disconnect_events =
     bit(RDMA_CM_EVENT_DISCONNECTED) | bit(RDMA_CM_EVENT_DEVICE_REMOVAL);
 
 // Reject reasons of the IB CM (IBTA, table "REJ reason"), as the kernel puts them in the
-// REJECTED event's status; iWARP reports a refusal as -ECONNREFUSED.
+// REJECTED event's status; iWARP reports -ECONNREFUSED or -ECONNRESET.
 constexpr int rej_timeout = 4, rej_stale_connection = 10;
 
-/// What a REJ means to the requester: a refusal (no listener, the consumer's reject, and the
-/// reasons no retry mends), or one of the two that are not the peer saying no.
+/// What a REJ means to a connect (or an accept): a refusal (no listener, the consumer's reject,
+/// and the reasons no retry mends), or one of the two that are not the peer saying no.
 error_code rejection(int reason) {
   switch (reason) {
-    // The peer's CM gave up waiting for this side's answer.
+    // The peer gave up waiting (Linux sends it from a requester that abandons its connect: an
+    // accept sees it).
     case rej_timeout: return error::timed_out;
-    // The peer's CM still holds a connection from this QP number (in time-wait): the listener
-    // never saw the request, and a new QP would get through.
+    // The peer's CM holds a connection it takes for live from this QP number (this side's old
+    // QP vanished without a DREQ, say): it rejects the request unseen by the listener and
+    // disconnects that old connection, so connecting again gets through.
     case rej_stale_connection: return make_error_code(errc::stale_connection);
     default: return error::connection_refused;
   }

@@ -100,10 +100,10 @@ class id {
   /// Connects a resolved id, sending `private_data` (at most 56 bytes), and completes when
   /// established: `void(error_code)`. A refusal (a reject, or no listener on the port) gives
   /// `connection_refused`, no answer `host_unreachable`, a peer CM that timed out on this side
-  /// `timed_out`, and a QP number the peer's CM still holds from an earlier connection (in
-  /// time-wait) `errc::stale_connection`: a new QP gets through. Create the QP first: without
-  /// one rdma_cm announces QP number 0, and the second such connection between the same two
-  /// devices is stale.
+  /// `timed_out`, and a QP number the peer's CM takes for a connection it still holds
+  /// `errc::stale_connection` (it disconnects that one: connecting again gets through). Create
+  /// the QP first: without one rdma_cm announces QP number 0, and the second such connection
+  /// between the same two devices is stale.
   template <class Token = boost::asio::default_completion_token_t<executor_type>>
   auto async_connect(std::span<const std::byte> private_data, Token&& token = {}) {
     return start<void(error_code)>(connect_steps(private_data), std::forward<Token>(token));
@@ -117,8 +117,10 @@ class id {
   }
 
   /// Accepts a request id's connection, answering with `private_data` (at most 196 bytes),
-  /// and completes when established: `void(error_code)`. Create the QP and post the first
-  /// receives before: the peer may send as soon as it sees the accept.
+  /// and completes when established: `void(error_code)`; `timed_out` when the requester gave
+  /// up first, `errc::stale_connection` when its CM takes this QP number for one it holds.
+  /// Create the QP and post the first receives before: the peer may send as soon as it sees
+  /// the accept.
   template <class Token = boost::asio::default_completion_token_t<executor_type>>
   auto async_accept(std::span<const std::byte> private_data, Token&& token = {}) {
     return start<void(error_code)>(accept_steps(private_data), std::forward<Token>(token));
