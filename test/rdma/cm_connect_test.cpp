@@ -188,10 +188,10 @@ BOOST_AUTO_TEST_CASE(reject_carries_private_data) {
 }
 
 // Two requesters without a QP both announce QP number 0: the listener's CM takes the second
-// request for a stale copy of the first and answers it with a REJ (reason 10) itself. That is
-// not the peer refusing (an automatic socket would fall back to TCP on a refusal): it has its
-// own code. The server's side has a QP: its REP announcing QP 0 as well would be stale to the
-// requester's CM, the same kernel's here.
+// request for a stale copy of the first, answers it with a REJ (reason 10) itself and
+// disconnects the first. That is not the peer refusing (an automatic socket would fall back to
+// TCP on a refusal): it has its own code. The server's side has a QP: its REP announcing QP 0
+// as well would be stale to the requester's CM, the same kernel's here.
 BOOST_AUTO_TEST_CASE(stale_connection_is_not_a_refusal) {
   std::unique_ptr<connection> accepted;
   run([&]() -> asio::awaitable<void> {
@@ -207,6 +207,7 @@ BOOST_AUTO_TEST_CASE(stale_connection_is_not_a_refusal) {
     BOOST_TEST((ec == make_error_code(errc::stale_connection)), ec.message());
     BOOST_TEST((ec == std::errc::resource_unavailable_try_again));
     BOOST_TEST((ec != asio::error::connection_refused));
+    co_await first.async_wait_disconnected(use_awaitable);  // within run()'s time limit
   });
 }
 
