@@ -52,16 +52,25 @@ connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, st
 namespace {
 
 asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, socket_options options) {
-  cm::id id(co_await asio::this_coro::executor);
-  co_await id.async_resolve(peer, options.resolve_timeout, asio::use_awaitable);
-  auto stream = make_rdma_stream(std::move(id), options);
-  auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
   const auto hello = encode_handshake(local_geometry(options));
-  auto [ec] = co_await res.id.async_connect(hello, asio::as_tuple(asio::use_awaitable));
-  if (ec) {
+  std::shared_ptr<rdma_stream> stream, stale;
+  for (bool first_try = true;; first_try = false) {
+    cm::id id(co_await asio::this_coro::executor);
+    co_await id.async_resolve(peer, options.resolve_timeout, asio::use_awaitable);
+    stream = make_rdma_stream(std::move(id), options);
+    auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+    auto [ec] = co_await res.id.async_connect(hello, asio::as_tuple(asio::use_awaitable));
+    if (!ec) break;
     stream->close();
-    throw boost::system::system_error(ec, "rdma connect");
+    // The peer's CM took this QP's number for a connection it still holds, and is dropping
+    // that one: a new QP gets through. The rejected stream is kept until this returns, so
+    // that the new QP cannot be given the same number.
+    if (ec != make_error_code(errc::stale_connection) || !first_try) {
+      throw boost::system::system_error(ec, "rdma connect");
+    }
+    stale = std::move(stream);
   }
+  auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
   stream_geometry their{};
   if (auto bad = parse_handshake(res.id.peer_private_data(), their)) {
     stream->close();
