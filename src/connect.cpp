@@ -51,24 +51,28 @@ connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, st
 
 namespace {
 
+// A stale reject: the peer's CM took the QP's number for a connection it still holds and is
+// dropping that one; a new QP, with another number, gets through. Where a vanished process
+// held several connections to the peer, a cyclic allocator may hand out their numbers again in
+// turn: each reject still drops one of them, so a few more tries are allowed.
+constexpr int connect_attempts_when_stale = 8;
+
 asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, socket_options options) {
   const auto hello = encode_handshake(local_geometry(options));
-  std::shared_ptr<rdma_stream> stream, stale;
-  for (bool first_try = true;; first_try = false) {
+  std::shared_ptr<rdma_stream> stream, rejected;
+  for (int attempt = 1;; ++attempt) {
     cm::id id(co_await asio::this_coro::executor);
     co_await id.async_resolve(peer, options.resolve_timeout, asio::use_awaitable);
     stream = make_rdma_stream(std::move(id), options);
+    rejected.reset();  // kept until now, so that the new QP could not be given its number
     auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
     auto [ec] = co_await res.id.async_connect(hello, asio::as_tuple(asio::use_awaitable));
     if (!ec) break;
     stream->close();
-    // The peer's CM took this QP's number for a connection it still holds, and is dropping
-    // that one: a new QP gets through. The rejected stream is kept until this returns, so
-    // that the new QP cannot be given the same number.
-    if (ec != make_error_code(errc::stale_connection) || !first_try) {
+    if (ec != make_error_code(errc::stale_connection) || attempt == connect_attempts_when_stale) {
       throw boost::system::system_error(ec, "rdma connect");
     }
-    stale = std::move(stream);
+    rejected = std::move(stream);
   }
   auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
   stream_geometry their{};

@@ -130,9 +130,9 @@ class socket {
   /// Connects to `peer` (closing any current connection first) over the transport the options
   /// choose: RDMA through rdma_cm where a device serves the route and the peer accepts RDMA,
   /// else TCP. Completion: `void(error_code)`, with Asio's codes (connection_refused, ...);
-  /// over RDMA also `errc::stale_connection` when the peer's CM took the QP's number for a
-  /// connection it still held twice running (after the first such reject it tries once more,
-  /// with a new QP, as the CM drops the old connection).
+  /// over RDMA also `errc::stale_connection` when the peer's CM rejects the request as stale
+  /// (it holds a connection from the QP's number) eight times running: after each such
+  /// reject it tries again at once with a new QP, as the CM drops the old connection.
   /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
   /// timer with `||`) abandons the attempt: whatever was half set up is torn down, and the
   /// completion is `operation_aborted`.

@@ -53,7 +53,7 @@ error_code rejection(int reason) {
     case rej_timeout: return error::timed_out;
     // The peer's CM holds a connection it takes for live from this QP number (this side's old
     // QP vanished without a DREQ, say): it rejects the request unseen by the listener and
-    // disconnects that old connection, so connecting again gets through.
+    // disconnects that old connection, so a new id whose QP has another number gets through.
     case rej_stale_connection: return make_error_code(errc::stale_connection);
     default: return error::connection_refused;
   }

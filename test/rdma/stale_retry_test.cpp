@@ -34,7 +34,8 @@ using asio::ip::tcp;
 namespace {
 
 // Soft-RoCE numbers QPs in turn, device-wide (rxe's pool allocates cyclically): a QP created
-// and destroyed now tells the number of the next, unless another process takes it first.
+// and destroyed now tells the number of the next, unless another process takes it first. (A
+// device that numbers them otherwise cannot run this test.)
 std::uint32_t next_qp_number(const verbs::device& dev) {
   verbs::protection_domain pd(dev);
   verbs::completion_queue cq(dev, 1);
@@ -64,8 +65,10 @@ class announcing_requester {
   announcing_requester(const announcing_requester&) = delete;
   announcing_requester& operator=(const announcing_requester&) = delete;
 
-  /// Connects to `server` announcing QP number `qp_number`.
-  asio::awaitable<void> connect(tcp::endpoint server, std::uint32_t qp_number) {
+  /// Connects to `server` announcing QP number `qp_number`; false when the acceptor's answer
+  /// does not come (its QP took the number announced here, and the REP looks stale to this
+  /// side's CM, the same kernel's, which then rejects it).
+  asio::awaitable<bool> connect(tcp::endpoint server, std::uint32_t qp_number) {
     BOOST_REQUIRE(rdma_resolve_addr(id_, nullptr, server.data(), 2000) == 0);
     BOOST_REQUIRE(co_await next_event() == RDMA_CM_EVENT_ADDR_RESOLVED);
     BOOST_REQUIRE(rdma_resolve_route(id_, 2000) == 0);
@@ -79,8 +82,9 @@ class announcing_requester {
     param.rnr_retry_count = 7;
     BOOST_REQUIRE(rdma_connect(id_, &param) == 0);
     // Without a QP librdmacm leaves the RTU to the caller.
-    BOOST_REQUIRE(co_await next_event() == RDMA_CM_EVENT_CONNECT_RESPONSE);
+    if (co_await next_event() != RDMA_CM_EVENT_CONNECT_RESPONSE) co_return false;
     BOOST_REQUIRE(rdma_establish(id_) == 0);
+    co_return true;
   }
 
   /// The type of the next event, or nothing within `limit`.
@@ -126,7 +130,7 @@ BOOST_AUTO_TEST_CASE(a_stale_reject_is_tried_again_with_a_new_queue_pair) {
           const std::uint32_t next = next_qp_number(dev);
           announcing_requester vanished(io);
           // The acceptor's QP for it takes `next`; the client's first QP the number after.
-          co_await vanished.connect(server.local_endpoint(), next + 1);
+          if (!co_await vanished.connect(server.local_endpoint(), next + 1)) continue;
           coverbs::socket client(io, rdma_only);
           std::vector<std::string> lines{"after a stale reject"};  // g++ 12: not in the co_await
           echoed = co_await echo::client(client, server.local_endpoint(), std::move(lines));
@@ -141,9 +145,11 @@ BOOST_AUTO_TEST_CASE(a_stale_reject_is_tried_again_with_a_new_queue_pair) {
         io.stop();
         if (e) std::rethrow_exception(e);
       });
-  io.run_for(60s);
-  BOOST_REQUIRE_MESSAGE(finished, "the exchange did not finish within 60 s");
-  BOOST_TEST(collided, "no attempt met a stale reject: QP numbers taken by another process?");
+  io.run_for(120s);
+  BOOST_REQUIRE_MESSAGE(finished, "the exchange did not finish within 120 s");
+  BOOST_TEST(collided,
+             "no attempt met a stale reject: another process took the QP numbers predicted, or the "
+             "device does not number QPs in turn as Soft-RoCE does");
   BOOST_TEST(echoed == "after a stale reject\n");
 }
 

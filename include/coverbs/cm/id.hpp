@@ -101,7 +101,8 @@ class id {
   /// established: `void(error_code)`. A refusal (a reject, or no listener on the port) gives
   /// `connection_refused`, no answer `host_unreachable`, a peer CM that timed out on this side
   /// `timed_out`, and a QP number the peer's CM takes for a connection it still holds
-  /// `errc::stale_connection` (it disconnects that one: connecting again gets through). Create
+  /// `errc::stale_connection` (it disconnects that one: a new id whose QP has another number
+  /// gets through at once, one with the same number once that disconnect is done). Create
   /// the QP first: without one rdma_cm announces QP number 0, and the second such connection
   /// between the same two devices is stale.
   template <class Token = boost::asio::default_completion_token_t<executor_type>>
