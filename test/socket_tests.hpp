@@ -6,12 +6,14 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <numeric>
 #include <optional>
 #include <vector>
-#include <numeric>
 
 #include "connected_pair.hpp"
+#include "coverbs/connect.hpp"
 #include "echo_program.hpp"
 #include "stream_tests.hpp"
 
@@ -99,22 +101,83 @@ inline void ported_echo(transport kind) {
   }
 }
 
+/// A port nobody listens on: one bound by a TCP acceptor, then closed.
+inline unsigned short free_port(boost::asio::io_context& io) {
+  boost::asio::ip::tcp::acceptor probe(io, boost::asio::ip::tcp::endpoint(test_address(), 0));
+  return probe.local_endpoint().port();
+}
+
 /// Nobody listens: the connect fails with connection_refused, promptly.
 inline void refused(transport kind) {
   namespace asio = boost::asio;
   asio::io_context io;
-  // Find a free port by binding and closing a TCP acceptor on it.
-  unsigned short port = 0;
-  {
-    asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(test_address(), 0));
-    port = probe.local_endpoint().port();
-  }
+  const unsigned short port = free_port(io);
   socket s(io, {.kind = kind});
   error_code result = asio::error::would_block;
   s.async_connect(asio::ip::tcp::endpoint(test_address(), port), [&](error_code ec) { result = ec; });
   io.run_for(std::chrono::seconds(30));
   BOOST_TEST((result == asio::error::connection_refused), result.message());
   BOOST_TEST(!s.is_open());
+}
+
+/// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an
+/// endpoint that refuses is passed over for the next, and the one connected to is reported; a
+/// range where none accepts fails with the last attempt's error, an empty one with not_found,
+/// and never inside the call.
+inline void connect_to_first_that_accepts(transport kind) {
+  namespace asio = boost::asio;
+  using asio::ip::tcp;
+  asio::io_context io;
+  acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
+  asio::co_spawn(io, echo::server(server, 1), asio::detached);
+  const tcp::endpoint refusing(test_address(), free_port(io));
+  tcp::resolver resolver(io);
+  const auto resolved =
+      resolver.resolve(test_address().to_string(), std::to_string(server.local_endpoint().port()),
+                       tcp::resolver::numeric_host | tcp::resolver::numeric_service);
+  BOOST_REQUIRE(resolved.size() == 1u);
+  socket s(io, {.kind = kind}), t(io, {.kind = kind}), u(io, {.kind = kind});
+  std::optional<error_code> empty;
+  coverbs::async_connect(u, std::vector<tcp::endpoint>{}, [&](error_code ec, tcp::endpoint) { empty = ec; });
+  BOOST_TEST(!empty.has_value());
+  std::optional<error_code> connected, none_accepts;
+  tcp::endpoint connected_to;
+  transport used = transport::automatic;
+  std::string echoed;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const std::vector<tcp::endpoint> refusing_twice(2, refusing);
+        auto [ec, to] =
+            co_await coverbs::async_connect(t, refusing_twice, asio::as_tuple(asio::use_awaitable));
+        none_accepts = ec;
+        std::vector<tcp::endpoint> candidates(1, refusing);
+        for (const auto& entry : resolved) candidates.push_back(entry);
+        std::tie(ec, connected_to) =
+            co_await coverbs::async_connect(s, candidates, asio::as_tuple(asio::use_awaitable));
+        connected = ec;
+        if (ec) co_return;
+        used = s.transport_in_use();
+        co_await asio::async_write(s, asio::buffer(std::string_view("over the second\n")),
+                                   asio::use_awaitable);
+        asio::streambuf buf;
+        const std::size_t n = co_await asio::async_read_until(s, buf, '\n', asio::use_awaitable);
+        echoed.assign(asio::buffers_begin(buf.data()),
+                      asio::buffers_begin(buf.data()) + static_cast<long>(n));
+        s.close();
+      },
+      [&](std::exception_ptr e) {
+        io.stop();
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(60));
+  BOOST_TEST((empty == asio::error::not_found));
+  BOOST_TEST((none_accepts == asio::error::connection_refused),
+             none_accepts.value_or(error_code()).message());
+  BOOST_TEST((connected == error_code()), connected.value_or(asio::error::would_block).message());
+  BOOST_TEST(connected_to == resolved.begin()->endpoint());
+  BOOST_TEST(echoed == "over the second\n");
+  BOOST_TEST((used == kind));
 }
 
 /// A connect to a listener that never answers, raced against a timer with `||`: the timer

@@ -11,6 +11,7 @@
 #include "coverbs/async_write.hpp"
 #include "coverbs/cm/id.hpp"
 #include "coverbs/completion_service.hpp"
+#include "coverbs/connect.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/registered_memory.hpp"
 #include "coverbs/remote_buffer.hpp"

@@ -1,0 +1,69 @@
+// coverbs::async_connect: a socket connected to the first of several endpoints that accepts,
+// as boost::asio::async_connect does for an Asio socket (whose overloads take only a
+// basic_socket), so that code connecting to a resolver's results ports by the name alone.
+#pragma once
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <utility>
+#include <vector>
+
+#include "coverbs/socket.hpp"
+
+namespace coverbs {
+
+namespace detail {
+
+// Tries the endpoints in turn; a refusal, an unreachable host or a timeout moves on to the
+// next, as with Asio, and a cancellation ends it all.
+struct range_connect {
+  socket& s;
+  std::vector<socket::endpoint_type> endpoints;
+  std::size_t next = 0;
+  bool started = false;
+
+  template <class Self>
+  void operator()(Self& self, error_code ec = {}) {
+    if (!started) {
+      started = true;
+      if (endpoints.empty()) {  // a handler never runs inside its initiating function
+        return boost::asio::post(
+            s.get_executor(),
+            boost::asio::append(std::move(self), error_code(boost::asio::error::not_found)));
+      }
+      return s.async_connect(endpoints[next++], std::move(self));
+    }
+    if (next == 0) return self.complete(ec, {});  // the posted not_found
+    if (!ec) return self.complete(ec, endpoints[next - 1]);
+    if (ec == boost::asio::error::operation_aborted ||
+        self.cancelled() != boost::asio::cancellation_type::none) {
+      return self.complete(boost::asio::error::operation_aborted, {});
+    }
+    if (next == endpoints.size()) return self.complete(ec, {});
+    s.async_connect(endpoints[next++], std::move(self));
+  }
+};
+
+}  // namespace detail
+
+/// Connects `s` to the first endpoint of `endpoints` that accepts it, trying each in turn:
+/// a `boost::asio::ip::tcp::resolver`'s results, or any range of TCP endpoints. Completion:
+/// `void(error_code, boost::asio::ip::tcp::endpoint)` with the endpoint connected to, as
+/// `boost::asio::async_connect`'s; the last attempt's error when none accepts, `not_found`
+/// for an empty range. Each attempt is `s.async_connect`, so the socket's transport options
+/// apply to every endpoint. Terminal cancellation ends the attempt in progress and the whole
+/// operation with `operation_aborted`.
+template <class EndpointSequence, class CompletionToken = detail::default_socket_token>
+auto async_connect(socket& s, const EndpointSequence& endpoints,
+                   CompletionToken&& token = detail::default_socket_token()) {
+  std::vector<socket::endpoint_type> candidates;
+  for (const auto& entry : endpoints) candidates.push_back(entry);  // resolver entries convert
+  return boost::asio::async_compose<CompletionToken, void(error_code, socket::endpoint_type)>(
+      detail::range_connect{s, std::move(candidates)}, token, s);
+}
+
+}  // namespace coverbs
