@@ -18,8 +18,8 @@ namespace coverbs {
 
 namespace detail {
 
-// Tries the endpoints in turn; a refusal, an unreachable host or a timeout moves on to the
-// next, as with Asio, and a cancellation ends it all.
+// Tries the endpoints in turn: any failure but a cancellation moves on to the next, as with
+// Asio, and a cancellation ends it all.
 struct range_connect {
   socket& s;
   std::vector<socket::endpoint_type> endpoints;
