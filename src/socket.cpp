@@ -18,6 +18,7 @@ socket& socket::operator=(socket&& other) noexcept {
     executor_ = std::move(other.executor_);
     options_ = other.options_;
     impl_ = std::move(other.impl_);
+    connecting_ = std::move(other.connecting_);
     in_use_ = other.in_use_;
     local_ = other.local_;
     remote_ = other.remote_;
@@ -62,6 +63,7 @@ registered_memory socket::register_memory(std::span<std::byte> memory, verbs::ac
 }
 
 void socket::close() {
+  if (auto signal = std::move(connecting_)) signal->emit(boost::asio::cancellation_type::terminal);
   if (impl_) {
     impl_->close();
     impl_->keep_until_closed(nullptr);

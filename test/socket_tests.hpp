@@ -130,7 +130,9 @@ inline void connect_to_first_that_accepts(transport kind) {
   asio::io_context io;
   acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
   asio::co_spawn(io, echo::server(server, 1), asio::detached);
-  const tcp::endpoint refusing(test_address(), free_port(io));
+  unsigned short unused = free_port(io);
+  while (unused == server.local_endpoint().port()) unused = free_port(io);  // rdma_cm's ports are not TCP's
+  const tcp::endpoint refusing(test_address(), unused);
   tcp::resolver resolver(io);
   const auto resolved =
       resolver.resolve(test_address().to_string(), std::to_string(server.local_endpoint().port()),
@@ -151,6 +153,8 @@ inline void connect_to_first_that_accepts(transport kind) {
         auto [ec, to] =
             co_await coverbs::async_connect(t, refusing_twice, asio::as_tuple(asio::use_awaitable));
         none_accepts = ec;
+        BOOST_TEST((to == tcp::endpoint()));
+        BOOST_TEST(!t.is_open());
         std::vector<tcp::endpoint> candidates(1, refusing);
         for (const auto& entry : resolved) candidates.push_back(entry);
         std::tie(ec, connected_to) =
@@ -182,6 +186,8 @@ inline void connect_to_first_that_accepts(transport kind) {
 
 /// A connect to a listener that never answers, raced against a timer with `||`: the timer
 /// wins, the connect ends with operation_aborted and leaves the socket closed and reusable.
+/// The same with a cancellation signal, with close() from a timer (Asio's usual connect
+/// timeout), and for coverbs::async_connect over a range, which then tries no further.
 inline void connect_cancelled_by_timer(transport kind) {
   namespace asio = boost::asio;
   using namespace asio::experimental::awaitable_operators;
@@ -240,6 +246,43 @@ inline void connect_cancelled_by_timer(transport kind) {
   timer.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
   io.run_for(std::chrono::seconds(20));
   BOOST_TEST((result == asio::error::operation_aborted), result.message());
+  BOOST_TEST(!s.is_open());
+
+  io.restart();
+  result = asio::error::would_block;
+  s.async_connect(asio::ip::tcp::endpoint(test_address(), port), [&](error_code ec) {
+    result = ec;
+    io.stop();
+  });
+  timer.expires_after(std::chrono::milliseconds(300));
+  timer.async_wait([&](error_code) { s.close(); });
+  io.run_for(std::chrono::seconds(20));
+  BOOST_TEST((result == asio::error::operation_aborted), result.message());
+  BOOST_TEST(!s.is_open());
+
+  // Were the cancel to move the range on, the second attempt would hold `||` past the limit.
+  io.restart();
+  winner.reset();
+  timer.expires_after(std::chrono::milliseconds(300));
+  started = std::chrono::steady_clock::now();
+  std::optional<asio::ip::tcp::endpoint> reported;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const std::vector<asio::ip::tcp::endpoint> silent(2, asio::ip::tcp::endpoint(test_address(), port));
+        auto r = co_await (coverbs::async_connect(s, silent, asio::use_awaitable) ||
+                           timer.async_wait(asio::use_awaitable));
+        winner = r.index();
+        ended = std::chrono::steady_clock::now();
+        io.stop();
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(20));
+  BOOST_REQUIRE(winner.has_value());
+  BOOST_TEST(*winner == 1u);
+  BOOST_TEST(std::chrono::duration_cast<std::chrono::milliseconds>(ended - started).count() < 3000);
   BOOST_TEST(!s.is_open());
 }
 

@@ -4,12 +4,13 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
@@ -106,7 +107,8 @@ class socket {
   /// The options this socket was made with.
   const socket_options& options() const noexcept { return options_; }
 
-  /// Closes the connection; pending operations end with operation_aborted.
+  /// Closes the connection; pending operations end with operation_aborted, a pending connect
+  /// too (as when a timer closes an Asio socket whose connect takes too long).
   void close();
   /// As above, reporting through `ec` (closing never fails today).
   void close(error_code& ec);
@@ -134,21 +136,31 @@ class socket {
   /// (it holds a connection from the QP's number) eight times running: after each such
   /// reject it tries again at once with a new QP, as the CM drops the old connection.
   /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
-  /// timer with `||`) abandons the attempt: whatever was half set up is torn down, and the
-  /// completion is `operation_aborted`.
+  /// timer with `||`) or `close()` abandons the attempt: whatever was half set up is torn
+  /// down, and the completion is `operation_aborted`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, const endpoint_type& peer) {
           self->close();
+          // The attempt listens to a signal of the socket's, which close() and the handler's
+          // own slot (where it has one) both raise.
+          auto signal = std::make_shared<boost::asio::cancellation_signal>();
+          self->connecting_ = signal;
           auto slot = boost::asio::get_associated_cancellation_slot(handler);
-          auto done = [self, h = std::move(handler)](error_code ec, detail::connection c) mutable {
+          if (slot.is_connected()) {
+            slot.assign([signal](boost::asio::cancellation_type type) { signal->emit(type); });
+          }
+          auto done = [self, signal, h = std::move(handler)](error_code ec, detail::connection c) mutable {
+            boost::asio::get_associated_cancellation_slot(h).clear();
+            if (self->connecting_ == signal) self->connecting_.reset();
             if (!ec) self->attach(std::move(c.stream), c.kind, c.local, c.remote);
             auto ex = boost::asio::get_associated_executor(h, self->executor_);
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
-          detail::async_connect(self->executor_, peer, self->options_,
-                                detail::connect_handler(boost::asio::bind_cancellation_slot(slot, std::move(done))));
+          detail::async_connect(
+              self->executor_, peer, self->options_,
+              detail::connect_handler(boost::asio::bind_cancellation_slot(signal->slot(), std::move(done))));
         },
         token, this, peer);
   }
@@ -320,6 +332,7 @@ class socket {
   executor_type executor_;
   socket_options options_;
   std::shared_ptr<detail::stream_core> impl_;
+  std::shared_ptr<boost::asio::cancellation_signal> connecting_;  ///< a pending connect's
   transport in_use_ = transport::automatic;
   endpoint_type local_, remote_;
 };
