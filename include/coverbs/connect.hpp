@@ -9,6 +9,8 @@
 #include <boost/asio/compose.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+#include <concepts>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -55,9 +57,14 @@ struct range_connect {
 /// `void(error_code, boost::asio::ip::tcp::endpoint)` with the endpoint connected to, as
 /// `boost::asio::async_connect`'s; the last attempt's error when none accepts, `not_found`
 /// for an empty range. Each attempt is `s.async_connect`, so the socket's transport options
-/// apply to every endpoint. Terminal cancellation ends the attempt in progress and the whole
-/// operation with `operation_aborted`.
+/// apply to every endpoint, and a failed one leaves the socket closed. Terminal cancellation
+/// or `s.close()` ends the attempt in progress and the whole operation with
+/// `operation_aborted`. (Asio's forms with a connect condition or iterators are not offered.)
 template <class EndpointSequence, class CompletionToken = detail::default_socket_token>
+requires requires(const EndpointSequence& e) {
+  { *std::begin(e) } -> std::convertible_to<socket::endpoint_type>;
+  std::end(e);
+}
 auto async_connect(socket& s, const EndpointSequence& endpoints,
                    CompletionToken&& token = detail::default_socket_token()) {
   std::vector<socket::endpoint_type> candidates;
