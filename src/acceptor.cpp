@@ -3,6 +3,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
 #include <deque>
+#include <system_error>
+
+#include <sys/socket.h>
 
 #include "coverbs/detail/handshake.hpp"
 #include "coverbs/detail/shutdown_service.hpp"
@@ -19,32 +22,64 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   acceptor_impl(const asio::any_io_executor& ex, const socket_options& options)
       : handler_holder(ex), executor_(ex), options_(options) {}
 
-  void listen(const asio::ip::tcp::endpoint& endpoint, bool reuse_address) {
-    asio::ip::tcp::endpoint bound = endpoint;
+  // The set-up steps of tcp::acceptor, each reporting as its counterpart on a TCP acceptor;
+  // the constructor with an endpoint takes them all.
+  error_code open(const asio::ip::tcp& protocol) {
+    error_code ec;
     if (options_.kind != transport::rdma) {
       tcp_.emplace(executor_);
-      tcp_->open(endpoint.protocol());
-      tcp_->set_option(asio::socket_base::reuse_address(reuse_address));
-      tcp_->bind(endpoint);
-      tcp_->listen();
-      bound = tcp_->local_endpoint();
+      tcp_->open(protocol, ec);
+    }
+    return ec;
+  }
+
+  error_code bind(const asio::ip::tcp::endpoint& endpoint) {
+    if (rdma_) return asio::error::invalid_argument;  // bound already, as a second bind(2)
+    error_code ec;
+    asio::ip::tcp::endpoint bound = endpoint;
+    if (tcp_) {
+      tcp_->bind(endpoint, ec);
+      if (!ec) bound = tcp_->local_endpoint(ec);
+      if (ec) return ec;
     }
     if (options_.kind != transport::tcp) {
-      try {
-        cm::id listener(executor_);
-        listener.bind(bound);  // the same port number as TCP
-        listener.listen();
-        bound = listener.local_endpoint();
-        rdma_.emplace(std::move(listener));
-      } catch (const std::exception&) {
-        if (options_.kind == transport::rdma) throw;
+      std::optional<cm::id> listener;
+      ec = make_listener(listener);
+      if (!ec) listener->bind(bound, ec);  // the same port number as TCP
+      if (!ec) {
+        bound = listener->local_endpoint();
+        rdma_.emplace(std::move(*listener));
+      } else if (options_.kind == transport::rdma) {
+        return ec;
       }
     }
     endpoint_ = bound;
+    return {};
+  }
+
+  error_code listen(int backlog) {
+    if (!tcp_ && !rdma_) return asio::error::invalid_argument;  // RDMA alone, not bound yet
+    error_code ec;
+    if (tcp_) tcp_->listen(backlog, ec);
+    if (ec) return ec;
+    if (rdma_ && !listening_) {
+      // rdma_cm caps the backlog itself, and takes 0 for its maximum.
+      rdma_->listen(backlog >= asio::socket_base::max_listen_connections ? 0 : backlog, ec);
+      if (ec && options_.kind == transport::rdma) return ec;
+      if (ec) rdma_.reset();  // TCP alone, as when no RDMA device is there
+    }
+    listening_ = true;
+    return {};
+  }
+
+  asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
+    ec = {};
+    return tcp_ ? tcp_->local_endpoint(ec) : endpoint_;
   }
 
   void accept(accept_handler handler) {
     if (closed_) return fail(std::move(handler), asio::error::operation_aborted);
+    if (!listening_) return fail(std::move(handler), asio::error::invalid_argument);  // as accept(2)
     if (!ready_.empty()) {
       connection c = std::move(ready_.front());
       ready_.pop_front();
@@ -85,11 +120,23 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
     rdma_.reset();
   }
 
-  asio::ip::tcp::endpoint endpoint_;
   std::optional<asio::ip::tcp::acceptor> tcp_;
   std::optional<cm::id> rdma_;
 
  private:
+  // An rdma_cm id to listen on; the error of creating one (no RDMA stack) otherwise.
+  error_code make_listener(std::optional<cm::id>& listener) {
+    try {
+      listener.emplace(executor_);
+    } catch (const std::system_error& e) {
+      const std::error_code& code = e.code();
+      const bool errno_value =
+          code.category() == std::generic_category() || code.category() == std::system_category();
+      return errno_value ? error_code(code.value(), boost::system::system_category()) : error_code(code);
+    }
+    return {};
+  }
+
   // A place among the connections the acceptor keeps open, held by the connection until its
   // socket closes; null when the limit is reached.
   std::shared_ptr<void> admit() {
@@ -205,7 +252,8 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   std::deque<accept_handler> waiters_;
   std::deque<connection> ready_;
   std::shared_ptr<std::size_t> open_ = std::make_shared<std::size_t>(0);  ///< connections holding a place
-  bool tcp_running_ = false, rdma_running_ = false, closed_ = false;
+  asio::ip::tcp::endpoint endpoint_;  ///< bound to (TCP's own where it listens)
+  bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;
 };
 
 void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler) {
@@ -216,17 +264,105 @@ void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler han
 
 namespace coverbs {
 
-acceptor::acceptor(const executor_type& executor, const endpoint_type& endpoint, const socket_options& options,
-                   bool reuse_address)
-    : executor_(executor), options_(options), impl_(std::make_shared<detail::acceptor_impl>(executor, options)) {
-  impl_->listen(endpoint, reuse_address);
+acceptor::acceptor(const executor_type& executor, const endpoint_type& endpoint,
+                   const socket_options& options, bool reuse_address)
+    : acceptor(executor, options) {
+  open(endpoint.protocol());
+  if (reuse_address) set_option(boost::asio::socket_base::reuse_address(true));
+  bind(endpoint);
+  listen();
+}
+
+acceptor::acceptor(const executor_type& executor, const socket_options& options)
+    : executor_(executor), options_(options) {}
+
+// The executor is copied, not moved: a moved-from acceptor can be opened again, as Asio's.
+acceptor::acceptor(acceptor&& other) noexcept
+    : executor_(other.executor_), options_(other.options_), impl_(std::move(other.impl_)) {}
+
+acceptor& acceptor::operator=(acceptor&& other) noexcept {
+  if (this != &other) {
+    close();
+    executor_ = other.executor_;
+    options_ = other.options_;
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+void acceptor::throw_if(const error_code& ec, const char* what) {
+  if (ec) throw boost::system::system_error(ec, what);
+}
+
+void acceptor::open(const protocol_type& protocol, error_code& ec) {
+  if (impl_) {
+    ec = boost::asio::error::already_open;
+    return;
+  }
+  auto impl = std::make_shared<detail::acceptor_impl>(executor_, options_);
+  ec = impl->open(protocol);
+  if (!ec) impl_ = std::move(impl);
+}
+
+void acceptor::open(const protocol_type& protocol) {
+  error_code ec;
+  open(protocol, ec);
+  throw_if(ec, "open");
+}
+
+void acceptor::bind(const endpoint_type& endpoint, error_code& ec) {
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return;
+  }
+  ec = impl_->bind(endpoint);
+}
+
+void acceptor::bind(const endpoint_type& endpoint) {
+  error_code ec;
+  bind(endpoint, ec);
+  throw_if(ec, "bind");
+}
+
+void acceptor::listen(int backlog, error_code& ec) {
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return;
+  }
+  ec = impl_->listen(backlog);
+}
+
+void acceptor::listen(int backlog) {
+  error_code ec;
+  listen(backlog, ec);
+  throw_if(ec, "listen");
+}
+
+boost::asio::ip::tcp::acceptor* acceptor::tcp_listener(error_code& ec) const {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  return impl_ && impl_->tcp_ ? &*impl_->tcp_ : nullptr;
+}
+
+error_code acceptor::rdma_option(int level, int name) {
+  if (level == SOL_SOCKET && name == SO_REUSEADDR) return {};
+  return boost::asio::error::operation_not_supported;
 }
 
 acceptor::~acceptor() { close(); }
 
+acceptor::endpoint_type acceptor::local_endpoint(error_code& ec) const {
+  if (!impl_) {
+    ec = boost::asio::error::bad_descriptor;
+    return {};
+  }
+  return impl_->local_endpoint(ec);
+}
+
 acceptor::endpoint_type acceptor::local_endpoint() const {
-  if (!impl_) throw boost::system::system_error(boost::asio::error::bad_descriptor, "local_endpoint");
-  return impl_->endpoint_;
+  error_code ec;
+  const endpoint_type endpoint = local_endpoint(ec);
+  if (ec) throw boost::system::system_error(ec, "local_endpoint");
+  return endpoint;
 }
 
 bool acceptor::accepts_rdma() const noexcept { return impl_ && impl_->rdma_.has_value(); }
@@ -239,8 +375,18 @@ void acceptor::close() {
   }
 }
 
+void acceptor::close(error_code& ec) {
+  close();
+  ec = {};
+}
+
 void acceptor::cancel() {
   if (impl_) impl_->cancel();
+}
+
+void acceptor::cancel(error_code& ec) {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  cancel();
 }
 
 void acceptor::start_accept(detail::accept_handler handler) {

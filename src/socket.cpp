@@ -1,25 +1,56 @@
 #include "coverbs/socket.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include <boost/system/system_error.hpp>
+#include <cstring>
 #include <system_error>
+#include <utility>
+
+#include "coverbs/detail/tcp_stream.hpp"
 
 namespace coverbs {
-namespace {
 
-void throw_if(const error_code& ec, const char* what) {
+void socket::throw_if(const error_code& ec, const char* what) {
   if (ec) throw boost::system::system_error(ec, what);
 }
 
-}  // namespace
+boost::asio::ip::tcp::socket* socket::tcp_socket(error_code& ec) const {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  auto* tcp = dynamic_cast<detail::tcp_stream*>(impl_.get());
+  return tcp != nullptr ? &tcp->socket() : nullptr;
+}
+
+error_code socket::rdma_option(int level, int name, void* value, std::size_t* size) {
+  if (level != IPPROTO_TCP || name != TCP_NODELAY) return boost::asio::error::operation_not_supported;
+  if (value != nullptr) {
+    const int on = 1;
+    if (*size < sizeof on) return boost::asio::error::invalid_argument;
+    std::memcpy(value, &on, sizeof on);
+    *size = sizeof on;
+  }
+  return {};
+}
+
+// The executor is copied, not moved: a moved-from socket can connect again, as Asio's.
+socket::socket(socket&& other) noexcept
+    : executor_(other.executor_),
+      options_(other.options_),
+      impl_(std::move(other.impl_)),
+      connecting_(std::move(other.connecting_)),
+      in_use_(std::exchange(other.in_use_, transport::automatic)),
+      local_(other.local_),
+      remote_(other.remote_) {}
 
 socket& socket::operator=(socket&& other) noexcept {
   if (this != &other) {
     close();
-    executor_ = std::move(other.executor_);
+    executor_ = other.executor_;
     options_ = other.options_;
     impl_ = std::move(other.impl_);
     connecting_ = std::move(other.connecting_);
-    in_use_ = other.in_use_;
+    in_use_ = std::exchange(other.in_use_, transport::automatic);
     local_ = other.local_;
     remote_ = other.remote_;
   }

@@ -6,6 +6,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -38,6 +39,7 @@ asio::awaitable<void> server(Acceptor& acceptor, int connections) {
 template <class Socket, class Endpoint>
 asio::awaitable<std::string> client(Socket& socket, Endpoint server, std::vector<std::string> lines) {
   co_await socket.async_connect(server, asio::use_awaitable);
+  socket.set_option(asio::ip::tcp::no_delay(true));  // each line goes out at once
   std::string replies;
   asio::streambuf buf;
   for (const auto& line : lines) {
@@ -46,7 +48,7 @@ asio::awaitable<std::string> client(Socket& socket, Endpoint server, std::vector
     replies.append(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + static_cast<long>(n));
     buf.consume(n);
   }
-  socket.shutdown(asio::socket_base::shutdown_send);
+  socket.shutdown(Socket::shutdown_send);
   co_return replies;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/buffered_read_stream.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -99,6 +100,164 @@ inline void ported_echo(transport kind) {
                "hello " + std::to_string(i) + "\n" + std::string(10000, 'a' + static_cast<char>(i)) + "\nbye\n");
     BOOST_TEST((sockets[static_cast<std::size_t>(i)]->transport_in_use() == kind));
   }
+}
+
+/// Socket options as a TCP program sets them. Over TCP they reach the connection's socket
+/// (no_delay off and on, keep_alive, a receive buffer size, which Asio reports as set); over
+/// RDMA no_delay is taken and always reads true, anything else is operation_not_supported;
+/// a socket not open gives bad_descriptor; the throwing overloads throw the same. The
+/// connection still carries lines afterwards.
+inline void socket_options_as_asio(transport kind) {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  connected_pair p(kind);
+  error_code ec = asio::error::would_block;
+  p.a.set_option(tcp::no_delay(true), ec);
+  BOOST_TEST(!ec, ec.message());
+  tcp::no_delay delay(false);
+  p.a.get_option(delay, ec);
+  BOOST_TEST(!ec, ec.message());
+  BOOST_TEST(delay.value());
+  p.a.set_option(tcp::no_delay(false), ec);
+  BOOST_TEST(!ec, ec.message());
+  p.a.get_option(delay);
+  BOOST_TEST(delay.value() == (kind == transport::rdma));  // RDMA never holds a send back
+  p.a.set_option(asio::socket_base::keep_alive(true), ec);
+  if (kind == transport::tcp) {
+    BOOST_TEST(!ec, ec.message());
+    asio::socket_base::keep_alive keep_alive(false);
+    p.a.get_option(keep_alive);
+    BOOST_TEST(keep_alive.value());
+    p.a.set_option(asio::socket_base::receive_buffer_size(96 * 1024));
+    asio::socket_base::receive_buffer_size size;
+    p.a.get_option(size);
+    BOOST_TEST(size.value() == 96 * 1024);
+    p.a.set_option(tcp::no_delay(true));
+  } else {
+    BOOST_TEST((ec == asio::error::operation_not_supported), ec.message());
+    asio::socket_base::keep_alive keep_alive;
+    BOOST_CHECK_THROW(p.a.get_option(keep_alive), boost::system::system_error);
+    BOOST_CHECK_THROW(p.a.set_option(asio::socket_base::linger(true, 1)), boost::system::system_error);
+  }
+  socket closed(p.io, {.kind = kind});
+  closed.set_option(tcp::no_delay(true), ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  BOOST_CHECK_THROW(closed.get_option(delay), boost::system::system_error);
+  lines_then_eof(p.io, p.a, p.b);
+}
+
+/// What Asio programs reach through their socket and acceptor types besides the members:
+/// socket_base's names (`tcp::socket::shutdown_both`, `tcp::acceptor::reuse_address`, ...),
+/// lowest_layer(), the acceptor's (context, endpoint, reuse_address) constructor and its
+/// error_code overloads, each as on tcp::socket and tcp::acceptor.
+inline void asio_names_and_overloads(transport kind) {
+  namespace asio = boost::asio;
+  using tcp_socket = socket;
+  using tcp_acceptor = acceptor;
+  static_assert(tcp_socket::shutdown_both == asio::socket_base::shutdown_both);
+  static_assert(std::is_same_v<tcp_socket::keep_alive, asio::socket_base::keep_alive>);
+  static_assert(std::is_same_v<tcp_acceptor::reuse_address, asio::socket_base::reuse_address>);
+  connected_pair p(kind);
+  BOOST_TEST(&p.a.lowest_layer() == &p.a);
+  error_code ec = asio::error::would_block;
+  p.a.lowest_layer().set_option(tcp_socket::keep_alive(true), ec);
+  BOOST_TEST((kind == transport::tcp ? !ec : ec == asio::error::operation_not_supported), ec.message());
+
+  tcp_acceptor second(p.io, asio::ip::tcp::endpoint(test_address(), 0), true);
+  ec = asio::error::would_block;
+  const auto bound = second.local_endpoint(ec);
+  BOOST_TEST(!ec, ec.message());
+  BOOST_TEST(bound.port() != 0);
+  ec = asio::error::would_block;
+  second.cancel(ec);
+  BOOST_TEST(!ec, ec.message());
+  ec = asio::error::would_block;
+  second.close(ec);
+  BOOST_TEST(!ec, ec.message());
+  BOOST_TEST(!second.is_open());
+  BOOST_TEST((second.local_endpoint(ec) == asio::ip::tcp::endpoint()));
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  ec = {};
+  second.cancel(ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  BOOST_CHECK_THROW(second.local_endpoint(), boost::system::system_error);
+
+  // A stream wrapper over the socket (it needs lowest_layer_type), then shutdown_both
+  // through the socket's own name: the peer reads the bytes, then eof.
+  asio::buffered_read_stream<socket&> buffered(p.b);
+  BOOST_TEST(&buffered.lowest_layer() == &p.b);
+  std::optional<error_code> written, end;
+  asio::async_write(p.a, asio::buffer("abc", 3), [&](error_code e, std::size_t) { written = e; });
+  p.io.restart();
+  while (!written && p.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  BOOST_REQUIRE(written.has_value());
+  BOOST_TEST(!*written, written->message());
+  p.a.shutdown(tcp_socket::shutdown_both);
+  std::string got;
+  asio::async_read(buffered, asio::dynamic_buffer(got), [&](error_code e, std::size_t) { end = e; });
+  while (!end && p.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  BOOST_REQUIRE(end.has_value());
+  BOOST_TEST((*end == asio::error::eof), end->message());
+  BOOST_TEST(got == "abc");
+}
+
+/// An acceptor set up step by step, as Asio servers often do (open, set_option, bind,
+/// listen), then serving the echo program; each step's errors as on tcp::acceptor.
+inline void acceptor_set_up_step_by_step(transport kind) {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  acceptor server(io, {.kind = kind});
+  BOOST_TEST(!server.is_open());
+  error_code ec;
+  server.bind(tcp::endpoint(test_address(), 0), ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  server.open(tcp::v4());
+  BOOST_TEST(server.is_open());
+  server.open(tcp::v4(), ec);
+  BOOST_TEST((ec == asio::error::already_open), ec.message());
+  std::optional<error_code> early;  // accepting before listen() fails at once, as accept(2)
+  server.async_accept([&](error_code e, socket) { early = e; });
+  io.run_for(std::chrono::seconds(5));
+  BOOST_REQUIRE(early.has_value());
+  BOOST_TEST((*early == asio::error::invalid_argument), early->message());
+  io.restart();
+  server.set_option(acceptor::reuse_address(true));
+  server.set_option(asio::socket_base::keep_alive(true), ec);
+  BOOST_TEST((kind == transport::rdma ? ec == asio::error::operation_not_supported : !ec), ec.message());
+  server.bind(tcp::endpoint(test_address(), 0));
+  server.listen();
+  const tcp::endpoint bound = server.local_endpoint();
+  BOOST_TEST(bound.port() != 0);
+
+  acceptor rival(io, {.kind = kind});
+  rival.open(tcp::v4());
+  rival.bind(bound, ec);
+  BOOST_TEST((ec == asio::error::address_in_use), ec.message());
+  BOOST_CHECK_THROW(rival.bind(bound), boost::system::system_error);
+
+  // Moved from, an acceptor is closed and can be opened again on the same executor.
+  acceptor moved = std::move(server);
+  BOOST_TEST(!server.is_open());
+  server.open(tcp::v4());
+  server.bind(tcp::endpoint(test_address(), 0));
+  server.close();
+
+  asio::co_spawn(io, echo::server(moved, 1), asio::detached);
+  socket client(io, {.kind = kind});
+  std::optional<std::string> replies;
+  asio::co_spawn(io, echo::client(client, bound, {"step", "by step"}),
+                 [&](std::exception_ptr e, std::string r) {
+                   if (e) std::rethrow_exception(e);
+                   replies = std::move(r);
+                   io.stop();
+                 });
+  io.run_for(std::chrono::seconds(30));
+  BOOST_REQUIRE(replies.has_value());
+  BOOST_TEST(*replies == "step\nby step\n");
+  BOOST_TEST((client.transport_in_use() == kind));
 }
 
 /// A port nobody listens on: one bound by a TCP acceptor, then closed.

@@ -6,6 +6,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
+#include <type_traits>
 
 #include "coverbs/socket.hpp"
 
@@ -15,6 +16,13 @@ namespace detail {
 class acceptor_impl;
 using accept_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
 void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler);
+template <class T>
+constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::execution_context&>;
+// An execution context and a bool: the arguments of tcp::acceptor's reuse_address constructor.
+template <class ExecutionContext, class Bool>
+constexpr bool context_and_flag =
+    std::conjunction_v<std::is_convertible<ExecutionContext&, boost::asio::execution_context&>,
+                       std::is_same<Bool, bool>>;
 }  // namespace detail
 
 /// Listens on an address and port and yields connected sockets, like
@@ -23,7 +31,9 @@ void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler han
 /// one acceptor; `transport::rdma` or `transport::tcp` listen on one only. With
 /// `socket_options::max_connections` it keeps at most that many connections open and turns
 /// further clients away at once (they see `connection_refused`) while it goes on serving.
-class acceptor {
+/// (`acceptor::max_connections`, from `socket_base`, is Asio's old name for SOMAXCONN, not
+/// this limit.)
+class acceptor : public boost::asio::socket_base {
  public:
   using executor_type = boost::asio::any_io_executor;
   using protocol_type = boost::asio::ip::tcp;
@@ -35,30 +45,85 @@ class acceptor {
   acceptor(const executor_type& executor, const endpoint_type& endpoint, const socket_options& options = {},
            bool reuse_address = true);
   /// As above, on `context`'s executor.
-  template <class ExecutionContext>
-    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
   acceptor(ExecutionContext& context, const endpoint_type& endpoint, const socket_options& options = {},
            bool reuse_address = true)
       : acceptor(context.get_executor(), endpoint, options, reuse_address) {}
-  acceptor(acceptor&&) noexcept = default;
-  acceptor& operator=(acceptor&&) noexcept = default;
+  /// As above with default socket options, in the shape of `tcp::acceptor(context,
+  /// endpoint, reuse_address)`.
+  /// (Only a `bool` chooses it: `acceptor(io, endpoint, {})` keeps meaning default options.)
+  template <class ExecutionContext, class Bool,
+            std::enable_if_t<detail::context_and_flag<ExecutionContext, Bool>, int> = 0>
+  acceptor(ExecutionContext& context, const endpoint_type& endpoint, Bool reuse_address)
+      : acceptor(context.get_executor(), endpoint, socket_options(), reuse_address) {}
+  /// Not yet open: set it up step by step with `open`, `set_option`, `bind` and `listen`, as
+  /// a `tcp::acceptor` made from a context alone.
+  explicit acceptor(const executor_type& executor, const socket_options& options = {});
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  explicit acceptor(ExecutionContext& context, const socket_options& options = {})
+      : acceptor(context.get_executor(), options) {}
+  /// Takes `other`'s listener; `other` is left closed, on the same executor.
+  acceptor(acceptor&& other) noexcept;
+  /// Closes this acceptor, then takes `other`'s listener.
+  acceptor& operator=(acceptor&& other) noexcept;
   /// Closes; pending accepts end with operation_aborted.
   ~acceptor();
 
   /// The executor on which handlers run by default.
   executor_type get_executor() const noexcept { return executor_; }
-  /// True until closed.
+  /// Opens the acceptor (a TCP socket where it listens on TCP); `already_open` if open.
+  void open(const protocol_type& protocol = protocol_type::v4());
+  /// As above, with the error in `ec`.
+  void open(const protocol_type& protocol, error_code& ec);
+  /// Sets an option, as `tcp::acceptor::set_option`. It applies to the TCP listener; an
+  /// acceptor for RDMA alone takes `reuse_address` (rdma_cm's ports are free again at once)
+  /// and fails other options with `operation_not_supported`. `bad_descriptor` when not open.
+  template <class SettableSocketOption>
+  void set_option(const SettableSocketOption& option) {
+    error_code ec;
+    set_option(option, ec);
+    throw_if(ec, "set_option");
+  }
+  /// As above, with the error in `ec`.
+  template <class SettableSocketOption>
+  void set_option(const SettableSocketOption& option, error_code& ec) {
+    const protocol_type protocol = protocol_type::v4();  // levels and names are the same for v6
+    if (auto* tcp = tcp_listener(ec)) {
+      tcp->set_option(option, ec);
+    } else if (!ec) {
+      ec = rdma_option(option.level(protocol), option.name(protocol));
+    }
+  }
+  /// Binds to `endpoint` (port 0: the system picks one; with `transport::automatic` rdma_cm
+  /// then takes the same port number, or the acceptor serves TCP alone).
+  void bind(const endpoint_type& endpoint);
+  /// As above, with the error in `ec`.
+  void bind(const endpoint_type& endpoint, error_code& ec);
+  /// Starts listening; connections wait, up to `backlog` (capped by the system), for
+  /// `async_accept`, which fails with `invalid_argument` before this.
+  void listen(int backlog = max_listen_connections);
+  /// As above, with the error in `ec`.
+  void listen(int backlog, error_code& ec);
+  /// True from `open` (or a constructor given an endpoint) until closed.
   bool is_open() const noexcept { return impl_ != nullptr; }
-  /// The bound address and port.
+  /// The bound address and port (the TCP listener's, where there is one); throws
+  /// `bad_descriptor` when not open.
   endpoint_type local_endpoint() const;
-  /// True when RDMA clients can connect (rdma_cm listens).
+  /// As above, with the error in `ec`.
+  endpoint_type local_endpoint(error_code& ec) const;
+  /// True when RDMA clients can connect once it listens (an rdma_cm id is bound).
   bool accepts_rdma() const noexcept;
-  /// True when TCP clients can connect.
+  /// True when TCP clients can connect once it listens.
   bool accepts_tcp() const noexcept;
   /// Stops listening; pending accepts end with operation_aborted.
   void close();
+  /// As above, reporting through `ec` (closing never fails today).
+  void close(error_code& ec);
   /// Ends pending accepts with operation_aborted; the acceptor keeps listening.
   void cancel();
+  /// As above, with `bad_descriptor` in `ec` when closed.
+  void cancel(error_code& ec);
 
   /// The next connection, whichever transport it came by, as a new socket:
   /// `void(error_code, coverbs::socket)`. Call again for each further connection.
@@ -96,6 +161,11 @@ class acceptor {
 
  private:
   void start_accept(detail::accept_handler handler);
+  static void throw_if(const error_code& ec, const char* what);
+  // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
+  boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
+  // An RDMA-only acceptor's answer to an option.
+  static error_code rdma_option(int level, int name);
 
   executor_type executor_;
   socket_options options_;

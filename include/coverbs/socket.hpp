@@ -79,7 +79,7 @@ struct socket_options {
 /// `async_read_until` work on it unchanged, with any completion token. One read and one write
 /// may be outstanding at a time, and the socket must outlive its operations, as with Asio (a
 /// lazy one, e.g. `asio::deferred`, acts on the socket as it is when it starts).
-class socket {
+class socket : public boost::asio::socket_base {
  public:
   using executor_type = boost::asio::any_io_executor;
   using protocol_type = boost::asio::ip::tcp;
@@ -93,13 +93,22 @@ class socket {
     requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
   explicit socket(ExecutionContext& context, const socket_options& options = {})
       : socket(context.get_executor(), options) {}
-  socket(socket&&) noexcept = default;
-  socket& operator=(socket&&) noexcept;
+  /// Takes `other`'s connection; `other` is left closed, on the same executor and options.
+  socket(socket&& other) noexcept;
+  /// Closes this socket, then takes `other`'s connection.
+  socket& operator=(socket&& other) noexcept;
   /// Closes the socket; pending operations end with operation_aborted.
   ~socket();
 
   /// The executor on which handlers run by default.
   executor_type get_executor() const noexcept { return executor_; }
+  /// The type of `lowest_layer()`: this socket's own, as for `tcp::socket`.
+  using lowest_layer_type = socket;
+  /// This socket, as the lowest layer under stream wrappers (e.g.
+  /// `asio::ssl::stream<coverbs::socket>`), as with `tcp::socket`.
+  socket& lowest_layer() noexcept { return *this; }
+  /// As above.
+  const socket& lowest_layer() const noexcept { return *this; }
   /// True once connected (or accepted) and until closed.
   bool is_open() const noexcept { return impl_ != nullptr; }
   /// The transport in use (`automatic` while closed).
@@ -128,6 +137,50 @@ class socket {
   endpoint_type remote_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type remote_endpoint(error_code& ec) const;
+
+  /// Sets a socket option, as `tcp::socket::set_option` (e.g. `tcp::no_delay`,
+  /// `socket_base::keep_alive`). Over TCP it applies to the connection's socket. Over RDMA only
+  /// `tcp::no_delay` is taken, and changes nothing (RDMA never holds a send back to coalesce
+  /// it); any other option throws `operation_not_supported`. Throws `bad_descriptor` when not
+  /// open (options given before connecting are `socket_options`).
+  template <class SettableSocketOption>
+  void set_option(const SettableSocketOption& option) {
+    error_code ec;
+    set_option(option, ec);
+    throw_if(ec, "set_option");
+  }
+  /// As above, reporting through `ec`.
+  template <class SettableSocketOption>
+  void set_option(const SettableSocketOption& option, error_code& ec) {
+    const auto protocol = remote_.protocol();
+    if (auto* tcp = tcp_socket(ec)) {
+      tcp->set_option(option, ec);
+    } else if (!ec) {
+      ec = rdma_option(option.level(protocol), option.name(protocol), nullptr, nullptr);
+    }
+  }
+  /// Reads a socket option, as `tcp::socket::get_option`: over TCP the connection's socket's
+  /// value; over RDMA `tcp::no_delay` is always true and other options throw
+  /// `operation_not_supported`. Throws `bad_descriptor` when not open.
+  template <class GettableSocketOption>
+  void get_option(GettableSocketOption& option) const {
+    error_code ec;
+    get_option(option, ec);
+    throw_if(ec, "get_option");
+  }
+  /// As above, reporting through `ec`.
+  template <class GettableSocketOption>
+  void get_option(GettableSocketOption& option, error_code& ec) const {
+    const auto protocol = remote_.protocol();
+    if (auto* tcp = tcp_socket(ec)) {
+      tcp->get_option(option, ec);
+      return;
+    }
+    if (ec) return;
+    std::size_t size = option.size(protocol);
+    ec = rdma_option(option.level(protocol), option.name(protocol), option.data(protocol), &size);
+    if (!ec) option.resize(protocol, size);
+  }
 
   /// Connects to `peer` (closing any current connection first) over the transport the options
   /// choose: RDMA through rdma_cm where a device serves the route and the peer accepts RDMA,
@@ -308,6 +361,12 @@ class socket {
         },
         token, this, buffers);
   }
+
+  static void throw_if(const error_code& ec, const char* what);
+  // The TCP transport's socket; null over RDMA, and with `bad_descriptor` in `ec` when closed.
+  boost::asio::ip::tcp::socket* tcp_socket(error_code& ec) const;
+  // RDMA's answer to an option a TCP program sets (`value` and `size` null) or reads.
+  static error_code rdma_option(int level, int name, void* value, std::size_t* size);
 
   template <class Handler, class Value>
   static void not_open(Handler&& handler, const executor_type& ex, Value value) {

@@ -36,6 +36,15 @@ BOOST_AUTO_TEST_CASE(zero_copy_messages) {
   test::socket_suite_registered_messages(transport::rdma, true);
 }
 BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
+BOOST_AUTO_TEST_CASE(socket_options) {
+  test::socket_options_as_asio(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
+  test::asio_names_and_overloads(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(acceptor_set_up_step_by_step) {
+  test::acceptor_set_up_step_by_step(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
   test::connect_to_first_that_accepts(transport::rdma);

@@ -51,6 +51,15 @@ BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
   BOOST_TEST(reply == "plain\n");
 }
 
+BOOST_AUTO_TEST_CASE(socket_options) {
+  test::socket_options_as_asio(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
+  test::asio_names_and_overloads(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(acceptor_set_up_step_by_step) {
+  test::acceptor_set_up_step_by_step(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
   test::connect_to_first_that_accepts(transport::tcp);
