@@ -5,6 +5,7 @@
 #include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "socket_tests.hpp"
+#include "tls_tests.hpp"
 
 using namespace coverbs;
 
@@ -44,6 +45,12 @@ BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
 }
 BOOST_AUTO_TEST_CASE(acceptor_set_up_step_by_step) {
   test::acceptor_set_up_step_by_step(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(tls_over_the_socket) {
+  test::tls_echo(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(tls_wrong_certificate_fails) {
+  test::tls_wrong_certificate_fails(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {

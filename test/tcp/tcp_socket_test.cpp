@@ -4,6 +4,7 @@
 #include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "socket_tests.hpp"
+#include "tls_tests.hpp"
 
 using namespace coverbs;
 
@@ -59,6 +60,12 @@ BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
 }
 BOOST_AUTO_TEST_CASE(acceptor_set_up_step_by_step) {
   test::acceptor_set_up_step_by_step(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(tls_over_the_socket) {
+  test::tls_echo(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(tls_wrong_certificate_fails) {
+  test::tls_wrong_certificate_fails(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
