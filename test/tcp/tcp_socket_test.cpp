@@ -5,6 +5,7 @@
 #include "context_shutdown_tests.hpp"
 #include "socket_tests.hpp"
 #include "tls_tests.hpp"
+#include "websocket_tests.hpp"
 
 using namespace coverbs;
 
@@ -66,6 +67,9 @@ BOOST_AUTO_TEST_CASE(tls_over_the_socket) {
 }
 BOOST_AUTO_TEST_CASE(tls_wrong_certificate_fails) {
   test::tls_wrong_certificate_fails(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(websocket_over_the_socket) {
+  test::websocket_echo(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {

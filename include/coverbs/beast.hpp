@@ -1,0 +1,70 @@
+// Boost.Beast's WebSocket stream over a coverbs::socket: Beast ends a WebSocket connection
+// with a teardown, and closes a failed stream's socket, through functions it finds by
+// argument-dependent lookup and has only for Asio's own sockets. Include this header where
+// `websocket::stream<coverbs::socket>` is used.
+#pragma once
+
+#include <array>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/role.hpp>
+#include <memory>
+
+#include "coverbs/socket.hpp"
+
+namespace coverbs {
+
+namespace detail {
+
+// As Beast's teardown for tcp::socket: the server shuts its sending side first; each side
+// reads what is left up to the peer's end of stream; the client then shuts down; both close.
+struct websocket_teardown {
+  socket& s;
+  boost::beast::role_type role;
+  std::unique_ptr<std::array<char, 2048>> discard = std::make_unique<std::array<char, 2048>>();
+  bool reading = false;
+
+  template <class Self>
+  void operator()(Self& self, error_code ec = {}, std::size_t = 0) {
+    if (!reading) {
+      reading = true;
+      // A socket that is not open fails the read below, outside this initiating call.
+      if (role == boost::beast::role_type::server) s.shutdown(boost::asio::socket_base::shutdown_send, ec);
+    } else if (ec) {
+      if (ec != boost::asio::error::eof) return self.complete(ec);
+      ec = {};
+      if (role == boost::beast::role_type::client) s.shutdown(boost::asio::socket_base::shutdown_send, ec);
+      error_code closing;
+      s.close(closing);
+      return self.complete(ec);
+    }
+    s.async_read_some(boost::asio::buffer(*discard), std::move(self));
+  }
+};
+
+}  // namespace detail
+
+/// Ends the connection under a closing WebSocket stream, as Beast does for `tcp::socket`
+/// (Beast calls it; completion `void(error_code)`).
+template <class TeardownHandler>
+void async_teardown(boost::beast::role_type role, socket& s, TeardownHandler&& handler) {
+  boost::asio::async_compose<TeardownHandler, void(error_code)>(detail::websocket_teardown{s, role}, handler,
+                                                                s);
+}
+
+/// The synchronous form Beast's blocking `close` calls: a coverbs socket has no blocking
+/// reads, so it shuts down sending and closes without waiting for the peer's end of stream.
+inline void teardown(boost::beast::role_type, socket& s, error_code& ec) {
+  s.shutdown(boost::asio::socket_base::shutdown_send, ec);
+  error_code closing;
+  s.close(closing);
+}
+
+/// How Beast closes a stream's socket when an operation fails or times out
+/// (`beast::close_socket`).
+inline void beast_close_socket(socket& s) {
+  error_code ignored;
+  s.close(ignored);
+}
+
+}  // namespace coverbs
