@@ -48,6 +48,23 @@ struct connected_pair {
     io.restart();
     io.run_for(std::chrono::seconds(3));
   }
+
+  /// Runs the two sides' coroutines until both end (rethrowing what either throws) or the
+  /// time is up; true when both ended.
+  bool run_both(boost::asio::awaitable<void> server_side, boost::asio::awaitable<void> client_side,
+                std::chrono::seconds limit = std::chrono::seconds(60)) {
+    namespace asio = boost::asio;
+    int finished = 0;
+    const auto check = [&](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+      if (++finished == 2) io.stop();
+    };
+    asio::co_spawn(io, std::move(server_side), check);
+    asio::co_spawn(io, std::move(client_side), check);
+    io.restart();
+    io.run_for(limit);
+    return finished == 2;
+  }
 };
 
 }  // namespace coverbs::test

@@ -25,45 +25,32 @@ inline void websocket_echo(transport kind) {
   const std::string binary(200 * 1024, '\x5a');
   std::string text_back, binary_back;
   std::optional<error_code> server_end;
-  int finished = 0;
-  const auto check = [&](std::exception_ptr e) {
-    if (e) std::rethrow_exception(e);
-    if (++finished == 2) p.io.stop();
+  const auto server_side = [&]() -> asio::awaitable<void> {
+    co_await server.async_accept(asio::use_awaitable);
+    for (;;) {
+      boost::beast::flat_buffer buffer;
+      auto [ec, n] = co_await server.async_read(buffer, asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        server_end = ec;
+        co_return;
+      }
+      server.text(server.got_text());
+      co_await server.async_write(buffer.data(), asio::use_awaitable);
+    }
   };
-  asio::co_spawn(
-      p.io,
-      [&]() -> asio::awaitable<void> {
-        co_await server.async_accept(asio::use_awaitable);
-        for (;;) {
-          boost::beast::flat_buffer buffer;
-          auto [ec, n] = co_await server.async_read(buffer, asio::as_tuple(asio::use_awaitable));
-          if (ec) {
-            server_end = ec;
-            co_return;
-          }
-          server.text(server.got_text());
-          co_await server.async_write(buffer.data(), asio::use_awaitable);
-        }
-      },
-      check);
-  asio::co_spawn(
-      p.io,
-      [&]() -> asio::awaitable<void> {
-        co_await client.async_handshake("coverbs-test", "/", asio::use_awaitable);
-        for (std::string* back : {&text_back, &binary_back}) {
-          const std::string& out = back == &text_back ? text : binary;
-          client.text(back == &text_back);
-          co_await client.async_write(asio::buffer(out), asio::use_awaitable);
-          boost::beast::flat_buffer buffer;
-          co_await client.async_read(buffer, asio::use_awaitable);
-          *back = boost::beast::buffers_to_string(buffer.data());
-        }
-        co_await client.async_close(websocket::close_code::normal, asio::use_awaitable);
-      },
-      check);
-  p.io.restart();
-  p.io.run_for(std::chrono::seconds(60));
-  BOOST_REQUIRE(finished == 2);
+  const auto client_side = [&]() -> asio::awaitable<void> {
+    co_await client.async_handshake("coverbs-test", "/", asio::use_awaitable);
+    for (std::string* back : {&text_back, &binary_back}) {
+      const std::string& out = back == &text_back ? text : binary;
+      client.text(back == &text_back);
+      co_await client.async_write(asio::buffer(out), asio::use_awaitable);
+      boost::beast::flat_buffer buffer;
+      co_await client.async_read(buffer, asio::use_awaitable);
+      *back = boost::beast::buffers_to_string(buffer.data());
+    }
+    co_await client.async_close(websocket::close_code::normal, asio::use_awaitable);
+  };
+  BOOST_REQUIRE(p.run_both(server_side(), client_side()));
   BOOST_TEST(text_back == text);
   BOOST_TEST((binary_back == binary));
   BOOST_REQUIRE(server_end.has_value());

@@ -1,7 +1,7 @@
 // Boost.Beast's WebSocket stream over a coverbs::socket: Beast ends a WebSocket connection
 // with a teardown, and closes a failed stream's socket, through functions it finds by
 // argument-dependent lookup and has only for Asio's own sockets. Include this header where
-// `websocket::stream<coverbs::socket>` is used.
+// `websocket::stream<coverbs::socket>` (or `<coverbs::socket&>`) is used.
 #pragma once
 
 #include <array>
@@ -45,19 +45,14 @@ struct websocket_teardown {
 }  // namespace detail
 
 /// Ends the connection under a closing WebSocket stream, as Beast does for `tcp::socket`
-/// (Beast calls it; completion `void(error_code)`).
+/// (Beast calls it; completion `void(error_code)`). It waits for the peer's end of stream, so
+/// set the stream's timeouts (`websocket::stream_base::timeout`) against a peer that never
+/// closes, as with `tcp::socket`. Only Beast's asynchronous operations are available: a
+/// coverbs socket has no blocking reads and writes for its synchronous ones.
 template <class TeardownHandler>
 void async_teardown(boost::beast::role_type role, socket& s, TeardownHandler&& handler) {
   boost::asio::async_compose<TeardownHandler, void(error_code)>(detail::websocket_teardown{s, role}, handler,
                                                                 s);
-}
-
-/// The synchronous form Beast's blocking `close` calls: a coverbs socket has no blocking
-/// reads, so it shuts down sending and closes without waiting for the peer's end of stream.
-inline void teardown(boost::beast::role_type, socket& s, error_code& ec) {
-  s.shutdown(boost::asio::socket_base::shutdown_send, ec);
-  error_code closing;
-  s.close(closing);
 }
 
 /// How Beast closes a stream's socket when an operation fails or times out
