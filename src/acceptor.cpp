@@ -1,7 +1,6 @@
 #include "coverbs/acceptor.hpp"
 
 #include <boost/asio/post.hpp>
-#include <boost/system/system_error.hpp>
 #include <deque>
 #include <system_error>
 
@@ -290,10 +289,6 @@ acceptor& acceptor::operator=(acceptor&& other) noexcept {
   return *this;
 }
 
-void acceptor::throw_if(const error_code& ec, const char* what) {
-  if (ec) throw boost::system::system_error(ec, what);
-}
-
 void acceptor::open(const protocol_type& protocol, error_code& ec) {
   if (impl_) {
     ec = boost::asio::error::already_open;
@@ -307,7 +302,7 @@ void acceptor::open(const protocol_type& protocol, error_code& ec) {
 void acceptor::open(const protocol_type& protocol) {
   error_code ec;
   open(protocol, ec);
-  throw_if(ec, "open");
+  detail::throw_if(ec, "open");
 }
 
 void acceptor::bind(const endpoint_type& endpoint, error_code& ec) {
@@ -321,7 +316,7 @@ void acceptor::bind(const endpoint_type& endpoint, error_code& ec) {
 void acceptor::bind(const endpoint_type& endpoint) {
   error_code ec;
   bind(endpoint, ec);
-  throw_if(ec, "bind");
+  detail::throw_if(ec, "bind");
 }
 
 void acceptor::listen(int backlog, error_code& ec) {
@@ -335,7 +330,7 @@ void acceptor::listen(int backlog, error_code& ec) {
 void acceptor::listen(int backlog) {
   error_code ec;
   listen(backlog, ec);
-  throw_if(ec, "listen");
+  detail::throw_if(ec, "listen");
 }
 
 boost::asio::ip::tcp::acceptor* acceptor::tcp_listener(error_code& ec) const {
@@ -361,7 +356,7 @@ acceptor::endpoint_type acceptor::local_endpoint(error_code& ec) const {
 acceptor::endpoint_type acceptor::local_endpoint() const {
   error_code ec;
   const endpoint_type endpoint = local_endpoint(ec);
-  if (ec) throw boost::system::system_error(ec, "local_endpoint");
+  detail::throw_if(ec, "local_endpoint");
   return endpoint;
 }
 

@@ -3,7 +3,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
-#include <boost/system/system_error.hpp>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -11,10 +10,6 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
 namespace coverbs {
-
-void socket::throw_if(const error_code& ec, const char* what) {
-  if (ec) throw boost::system::system_error(ec, what);
-}
 
 boost::asio::ip::tcp::socket* socket::tcp_socket(error_code& ec) const {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
@@ -89,7 +84,7 @@ registered_memory socket::register_memory(std::span<std::byte> memory, verbs::ac
 registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights) {
   error_code ec;
   registered_memory r = register_memory(memory, rights, ec);
-  throw_if(ec, "register_memory");
+  detail::throw_if(ec, "register_memory");
   return r;
 }
 
@@ -122,7 +117,7 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& 
 void socket::shutdown(boost::asio::socket_base::shutdown_type what) {
   error_code ec;
   shutdown(what, ec);
-  throw_if(ec, "shutdown");
+  detail::throw_if(ec, "shutdown");
 }
 
 void socket::cancel(error_code& ec) {
@@ -137,7 +132,7 @@ void socket::cancel(error_code& ec) {
 void socket::cancel() {
   error_code ec;
   cancel(ec);
-  throw_if(ec, "cancel");
+  detail::throw_if(ec, "cancel");
 }
 
 socket::endpoint_type socket::local_endpoint(error_code& ec) const {
@@ -160,7 +155,7 @@ socket::endpoint_type socket::remote_endpoint(error_code& ec) const {
 socket::endpoint_type socket::remote_endpoint() const {
   error_code ec;
   auto ep = remote_endpoint(ec);
-  throw_if(ec, "remote_endpoint");
+  detail::throw_if(ec, "remote_endpoint");
   return ep;
 }
 

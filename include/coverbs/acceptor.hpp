@@ -21,8 +21,7 @@ constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::exe
 // An execution context and a bool: the arguments of tcp::acceptor's reuse_address constructor.
 template <class ExecutionContext, class Bool>
 constexpr bool context_and_flag =
-    std::conjunction_v<std::is_convertible<ExecutionContext&, boost::asio::execution_context&>,
-                       std::is_same<Bool, bool>>;
+    std::conjunction_v<std::bool_constant<is_execution_context<ExecutionContext>>, std::is_same<Bool, bool>>;
 }  // namespace detail
 
 /// Listens on an address and port and yields connected sockets, like
@@ -83,7 +82,7 @@ class acceptor : public boost::asio::socket_base {
   void set_option(const SettableSocketOption& option) {
     error_code ec;
     set_option(option, ec);
-    throw_if(ec, "set_option");
+    detail::throw_if(ec, "set_option");
   }
   /// As above, with the error in `ec`.
   template <class SettableSocketOption>
@@ -161,7 +160,6 @@ class acceptor : public boost::asio::socket_base {
 
  private:
   void start_accept(detail::accept_handler handler);
-  static void throw_if(const error_code& ec, const char* what);
   // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
   boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
   // An RDMA-only acceptor's answer to an option.

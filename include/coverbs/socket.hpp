@@ -21,6 +21,7 @@
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/connect.hpp"
 #include "coverbs/detail/stream_core.hpp"
+#include "coverbs/detail/throw_error.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/registered_memory.hpp"
 
@@ -147,7 +148,7 @@ class socket : public boost::asio::socket_base {
   void set_option(const SettableSocketOption& option) {
     error_code ec;
     set_option(option, ec);
-    throw_if(ec, "set_option");
+    detail::throw_if(ec, "set_option");
   }
   /// As above, reporting through `ec`.
   template <class SettableSocketOption>
@@ -166,7 +167,7 @@ class socket : public boost::asio::socket_base {
   void get_option(GettableSocketOption& option) const {
     error_code ec;
     get_option(option, ec);
-    throw_if(ec, "get_option");
+    detail::throw_if(ec, "get_option");
   }
   /// As above, reporting through `ec`.
   template <class GettableSocketOption>
@@ -362,7 +363,6 @@ class socket : public boost::asio::socket_base {
         token, this, buffers);
   }
 
-  static void throw_if(const error_code& ec, const char* what);
   // The TCP transport's socket; null over RDMA, and with `bad_descriptor` in `ec` when closed.
   boost::asio::ip::tcp::socket* tcp_socket(error_code& ec) const;
   // RDMA's answer to an option a TCP program sets (`value` and `size` null) or reads.
