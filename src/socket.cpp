@@ -143,8 +143,20 @@ socket::endpoint_type socket::local_endpoint(error_code& ec) const {
 socket::endpoint_type socket::local_endpoint() const {
   error_code ec;
   auto ep = local_endpoint(ec);
-  throw_if(ec, "local_endpoint");
+  detail::throw_if(ec, "local_endpoint");
   return ep;
+}
+
+std::size_t socket::available(error_code& ec) const {
+  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  return impl_ ? impl_->available() : 0;
+}
+
+std::size_t socket::available() const {
+  error_code ec;
+  const std::size_t n = available(ec);
+  detail::throw_if(ec, "available");
+  return n;
 }
 
 socket::endpoint_type socket::remote_endpoint(error_code& ec) const {

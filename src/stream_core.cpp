@@ -202,6 +202,12 @@ void stream_core::complete_waiting_receive(std::size_t n, std::size_t uncopied) 
   end_operation(receive_, {}, n, false);
 }
 
+std::size_t stream_core::available() const noexcept {
+  std::size_t total = 0;
+  for (const segment& s : bytes_) total += s.size;
+  return total - front_offset_;
+}
+
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
   if (receive_) return complete(handler, error::in_progress, 0, true);
   receive_.emplace(buffers, std::move(handler));

@@ -203,6 +203,54 @@ inline void asio_names_and_overloads(transport kind) {
   BOOST_TEST(got == "abc");
 }
 
+/// available(): the bytes a read takes at once, as tcp::socket::available; messages are not
+/// stream bytes and are not counted.
+inline void available_bytes(transport kind) {
+  namespace asio = boost::asio;
+  connected_pair p(kind);
+  socket closed(p.io, {.kind = kind});
+  error_code ec;
+  BOOST_TEST(closed.available(ec) == 0u);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  BOOST_CHECK_THROW(closed.available(), boost::system::system_error);
+  BOOST_TEST(p.a.available() == 0u);
+
+  // A message first, then 11 stream bytes behind it: once those are here, the message is too.
+  int sent = 0;
+  p.b.async_send(asio::buffer("msg", 3), [&](error_code e, std::size_t) { sent += !e; });
+  asio::async_write(p.b, asio::buffer("hello world", 11), [&](error_code e, std::size_t) { sent += !e; });
+  const auto until = [&](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      p.io.restart();
+      p.io.run_one_for(std::chrono::milliseconds(50));
+    }
+    return done();
+  };
+  BOOST_REQUIRE(until([&] { return sent == 2 && p.a.available() > 0; }));
+  BOOST_REQUIRE(until([&] { return p.a.available() == 11; }));  // all of it, and not the message
+
+  char part[4];
+  std::optional<std::size_t> got;
+  p.a.async_read_some(asio::buffer(part), [&](error_code e, std::size_t n) { got = e ? 0 : n; });
+  BOOST_REQUIRE(until([&] { return got.has_value(); }));
+  BOOST_TEST(*got == 4u);
+  BOOST_TEST(std::string(part, 4) == "hell");
+  BOOST_TEST(p.a.available() == 7u);
+  std::string rest(7, '\0');
+  got.reset();
+  p.a.async_read_some(asio::buffer(rest), [&](error_code e, std::size_t n) { got = e ? 0 : n; });
+  BOOST_REQUIRE(until([&] { return got.has_value(); }));
+  BOOST_TEST(*got == 7u);
+  BOOST_TEST(rest == "o world");
+  BOOST_TEST(p.a.available() == 0u);
+  std::array<char, 3> message{};
+  got.reset();
+  p.a.async_receive(asio::buffer(message), [&](error_code e, std::size_t n) { got = e ? 0 : n; });
+  BOOST_REQUIRE(until([&] { return got.has_value(); }));
+  BOOST_TEST(std::string(message.data(), *got) == "msg");
+}
+
 /// An acceptor set up step by step, as Asio servers often do (open, set_option, bind,
 /// listen), then serving the echo program; each step's errors as on tcp::acceptor.
 inline void acceptor_set_up_step_by_step(transport kind) {

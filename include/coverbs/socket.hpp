@@ -139,6 +139,13 @@ class socket : public boost::asio::socket_base {
   /// As above, with the error in `ec`.
   endpoint_type remote_endpoint(error_code& ec) const;
 
+  /// Bytes received and not yet read, which the next `async_read_some` takes at once, as
+  /// `tcp::socket::available`. Over TCP more may wait in the kernel, not counted yet;
+  /// messages (`async_receive`) are not counted. Throws `bad_descriptor` when not open.
+  std::size_t available() const;
+  /// As above, with the error in `ec`.
+  std::size_t available(error_code& ec) const;
+
   /// Sets a socket option, as `tcp::socket::set_option` (e.g. `tcp::no_delay`,
   /// `socket_base::keep_alive`). Over TCP it applies to the connection's socket. Over RDMA only
   /// `tcp::no_delay` is taken, and changes nothing (RDMA never holds a send back to coalesce

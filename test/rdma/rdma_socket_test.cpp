@@ -41,6 +41,9 @@ BOOST_AUTO_TEST_CASE(ported_asio_echo) { test::ported_echo(transport::rdma); }
 BOOST_AUTO_TEST_CASE(socket_options) {
   test::socket_options_as_asio(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(available_bytes) {
+  test::available_bytes(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
   test::asio_names_and_overloads(transport::rdma);
 }

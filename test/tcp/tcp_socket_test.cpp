@@ -56,6 +56,9 @@ BOOST_AUTO_TEST_CASE(the_echo_program_is_plain_asio) {
 BOOST_AUTO_TEST_CASE(socket_options) {
   test::socket_options_as_asio(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(available_bytes) {
+  test::available_bytes(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
   test::asio_names_and_overloads(transport::tcp);
 }

@@ -21,6 +21,8 @@ class fifo {
   T& operator[](std::size_t i) noexcept { return items_[i]; }
   auto begin() noexcept { return items_.begin(); }
   auto end() noexcept { return items_.end(); }
+  auto begin() const noexcept { return items_.begin(); }
+  auto end() const noexcept { return items_.end(); }
 
   void push_back(T value) {
     if (items_.full()) items_.set_capacity(std::max<std::size_t>(initial_capacity, 2 * items_.capacity()));

@@ -72,6 +72,8 @@ class stream_core : public handler_holder {
     size_handler erased(std::forward<Handler>(handler), executor_, allocator());
     Message ? send_message(buffers, std::move(erased)) : write_some(buffers, std::move(erased));
   }
+  /// Stream bytes received and not yet read: what the next read_some takes without waiting.
+  std::size_t available() const noexcept;
   /// Takes the next whole message; a too-small buffer gets message_size and keeps it queued.
   void receive_message(const mutable_buffer_list& buffers, size_handler handler);
   /// Sends `buffers` as one message (at most `max_message_size()` bytes).
