@@ -59,4 +59,45 @@ inline void websocket_echo(transport kind) {
   BOOST_TEST(!p.b.is_open());
 }
 
+/// A stream that owns its socket (`websocket::stream<coverbs::socket>`) and Beast's idle
+/// timeout: the client goes quiet after the handshake, so the server's read ends with
+/// beast::error::timeout and Beast closes the server's socket (beast_close_socket); the
+/// client's read then ends too, with an error, not a hang.
+inline void websocket_idle_timeout(transport kind) {
+  namespace asio = boost::asio;
+  namespace beast = boost::beast;
+  namespace websocket = beast::websocket;
+  connected_pair p(kind);
+  websocket::stream<socket> client(std::move(p.a)), server(std::move(p.b));
+  BOOST_TEST(server.next_layer().is_open());
+  websocket::stream_base::timeout timeout{};
+  timeout.handshake_timeout = std::chrono::seconds(10);
+  timeout.idle_timeout = std::chrono::milliseconds(300);
+  timeout.keep_alive_pings = false;
+  server.set_option(timeout);
+  std::optional<error_code> server_end, client_end;
+  const auto started = std::chrono::steady_clock::now();
+  auto waited = std::chrono::steady_clock::duration();
+  const auto server_side = [&]() -> asio::awaitable<void> {
+    co_await server.async_accept(asio::use_awaitable);
+    beast::flat_buffer buffer;
+    auto [ec, n] = co_await server.async_read(buffer, asio::as_tuple(asio::use_awaitable));
+    server_end = ec;
+    waited = std::chrono::steady_clock::now() - started;
+  };
+  const auto client_side = [&]() -> asio::awaitable<void> {
+    co_await client.async_handshake("coverbs-test", "/", asio::use_awaitable);
+    beast::flat_buffer buffer;
+    auto [ec, n] = co_await client.async_read(buffer, asio::as_tuple(asio::use_awaitable));
+    client_end = ec;
+  };
+  BOOST_REQUIRE(p.run_both(server_side(), client_side(), std::chrono::seconds(30)));
+  BOOST_REQUIRE(server_end.has_value());
+  BOOST_TEST((*server_end == beast::error::timeout), server_end->message());
+  BOOST_TEST(waited >= std::chrono::milliseconds(300));
+  BOOST_TEST(!server.next_layer().is_open());
+  BOOST_REQUIRE(client_end.has_value());
+  BOOST_TEST(static_cast<bool>(*client_end), client_end->message());
+}
+
 }  // namespace coverbs::test

@@ -59,6 +59,9 @@ BOOST_AUTO_TEST_CASE(tls_wrong_certificate_fails) {
 BOOST_AUTO_TEST_CASE(websocket_over_the_socket) {
   test::websocket_echo(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(websocket_idle_timeout) {
+  test::websocket_idle_timeout(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
   test::connect_to_first_that_accepts(transport::rdma);
