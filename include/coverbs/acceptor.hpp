@@ -24,6 +24,9 @@ constexpr bool context_and_flag =
     std::conjunction_v<std::bool_constant<is_execution_context<ExecutionContext>>, std::is_same<Bool, bool>>;
 }  // namespace detail
 
+template <class Executor>
+class rebound_acceptor;
+
 /// Listens on an address and port and yields connected sockets, like
 /// `boost::asio::ip::tcp::acceptor`. With `transport::automatic` (the default) it listens
 /// with rdma_cm and with TCP on the same port number, so RDMA and TCP clients are served by
@@ -37,6 +40,12 @@ class acceptor : public boost::asio::socket_base {
   using executor_type = boost::asio::any_io_executor;
   using protocol_type = boost::asio::ip::tcp;
   using endpoint_type = boost::asio::ip::tcp::endpoint;
+  /// This acceptor with another executor type, as `tcp::acceptor::rebind_executor`: what
+  /// `asio::use_awaitable_t<>::as_default_on_t<coverbs::acceptor>` names (rebound_acceptor.hpp).
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = rebound_acceptor<OtherExecutor>;
+  };
 
   /// Opens, binds to `endpoint` (port 0: the system picks one) and listens. Throws
   /// boost::system::system_error; with `transport::automatic` a missing RDMA stack only
@@ -144,21 +153,33 @@ class acceptor : public boost::asio::socket_base {
   /// The next connection into `peer` (closed first): `void(error_code)`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_accept(socket& peer, CompletionToken&& token = detail::default_socket_token()) {
+    return accept_into(peer, nullptr, std::forward<CompletionToken>(token));
+  }
+  /// As above, and stores the client's address and port in `peer_endpoint` (which must
+  /// outlive the operation): `void(error_code)`.
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_accept(socket& peer, endpoint_type& peer_endpoint,
+                    CompletionToken&& token = detail::default_socket_token()) {
+    return accept_into(peer, &peer_endpoint, std::forward<CompletionToken>(token));
+  }
+
+ private:
+  template <class CompletionToken>
+  auto accept_into(socket& peer, endpoint_type* peer_endpoint, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-        [](auto handler, acceptor* self, socket* peer) {
+        [](auto handler, acceptor* self, socket* peer, endpoint_type* peer_endpoint) {
           peer->close();
-          auto done = [ex = self->executor_, peer, h = std::move(handler)](error_code ec,
-                                                                             detail::connection c) mutable {
+          auto done = [ex = self->executor_, peer, peer_endpoint, h = std::move(handler)](
+                          error_code ec, detail::connection c) mutable {
+            if (!ec && peer_endpoint != nullptr) *peer_endpoint = c.remote;
             if (!ec) peer->attach(std::move(c.stream), c.kind, c.local, c.remote);
             auto hex = boost::asio::get_associated_executor(h, ex);
             boost::asio::dispatch(hex, boost::asio::append(std::move(h), ec));
           };
           self->start_accept(detail::accept_handler(std::move(done)));
         },
-        token, this, &peer);
+        token, this, &peer, peer_endpoint);
   }
-
- private:
   void start_accept(detail::accept_handler handler);
   // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
   boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
@@ -171,3 +192,6 @@ class acceptor : public boost::asio::socket_base {
 };
 
 }  // namespace coverbs
+
+// Completes acceptor::rebind_executor wherever acceptor.hpp is included.
+#include "coverbs/rebound_acceptor.hpp"  // IWYU pragma: export

@@ -60,13 +60,15 @@ struct range_connect {
 /// apply to every endpoint, and a failed one leaves the socket closed. Terminal cancellation
 /// or `s.close()` ends the attempt in progress and the whole operation with
 /// `operation_aborted`. (Asio's forms with a connect condition or iterators are not offered.)
-template <class EndpointSequence, class CompletionToken = detail::default_socket_token>
-requires requires(const EndpointSequence& e) {
+/// `Socket` is `coverbs::socket` or a `rebound_socket`, whose executor's default token is taken.
+template <class Socket, class EndpointSequence,
+          class CompletionToken = boost::asio::default_completion_token_t<typename Socket::executor_type>>
+requires std::derived_from<Socket, socket> && requires(const EndpointSequence& e) {
   { *std::begin(e) } -> std::convertible_to<socket::endpoint_type>;
   std::end(e);
 }
-auto async_connect(socket& s, const EndpointSequence& endpoints,
-                   CompletionToken&& token = detail::default_socket_token()) {
+auto async_connect(Socket& s, const EndpointSequence& endpoints,
+                   CompletionToken&& token = CompletionToken()) {
   std::vector<socket::endpoint_type> candidates;
   for (const auto& entry : endpoints) candidates.push_back(entry);  // resolver entries convert
   return boost::asio::async_compose<CompletionToken, void(error_code, socket::endpoint_type)>(

@@ -74,6 +74,9 @@ struct socket_options {
   std::size_t max_connections = 0;
 };
 
+template <class Executor>
+class rebound_socket;
+
 /// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
 /// subset (same constructors, member names, completion signatures and error codes), so it is
 /// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
@@ -85,6 +88,12 @@ class socket : public boost::asio::socket_base {
   using executor_type = boost::asio::any_io_executor;
   using protocol_type = boost::asio::ip::tcp;
   using endpoint_type = boost::asio::ip::tcp::endpoint;
+  /// This socket with another executor type, as `tcp::socket::rebind_executor`: what
+  /// `asio::use_awaitable_t<>::as_default_on_t<coverbs::socket>` names (rebound_socket.hpp).
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = rebound_socket<OtherExecutor>;
+  };
 
   /// A closed socket whose operations run on `executor`.
   explicit socket(const executor_type& executor, const socket_options& options = {})
@@ -404,3 +413,6 @@ class socket : public boost::asio::socket_base {
 };
 
 }  // namespace coverbs
+
+// Completes socket::rebind_executor wherever socket.hpp is included.
+#include "coverbs/rebound_socket.hpp"  // IWYU pragma: export

@@ -4,6 +4,7 @@
 
 #include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
+#include "default_token_tests.hpp"
 #include "socket_tests.hpp"
 #include "tls_tests.hpp"
 #include "websocket_tests.hpp"
@@ -43,6 +44,9 @@ BOOST_AUTO_TEST_CASE(socket_options) {
 }
 BOOST_AUTO_TEST_CASE(available_bytes) {
   test::available_bytes(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(default_token_types) {
+  test::default_token_types(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(asio_names_and_overloads) {
   test::asio_names_and_overloads(transport::rdma);

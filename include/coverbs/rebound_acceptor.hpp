@@ -1,0 +1,86 @@
+// coverbs::rebound_acceptor: an acceptor whose executor type carries a default completion
+// token, what `asio::use_awaitable_t<>::as_default_on_t<coverbs::acceptor>` names (through
+// `acceptor::rebind_executor`), as for tcp::acceptor.
+#pragma once
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <type_traits>
+#include <utility>
+
+#include "coverbs/acceptor.hpp"
+#include "coverbs/rebound_socket.hpp"
+
+namespace coverbs {
+
+/// A `coverbs::acceptor` whose `executor_type` is `Executor`: its `async_accept` takes that
+/// executor's default completion token when given none, and yields
+/// `rebound_socket<Executor>`, the socket type with the same default (as
+/// `tcp::acceptor::async_accept` yields `tcp::socket::rebind_executor<executor_type>::other`).
+template <class Executor>
+class rebound_acceptor : public acceptor {
+ public:
+  using executor_type = Executor;
+  /// The socket type `async_accept` yields.
+  using socket_type = rebound_socket<Executor>;
+  /// The same acceptor with yet another executor type.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = rebound_acceptor<OtherExecutor>;
+  };
+
+  /// As acceptor's: opens, binds to `endpoint` and listens.
+  rebound_acceptor(const executor_type& executor, const endpoint_type& endpoint,
+                   const socket_options& options = {}, bool reuse_address = true)
+      : acceptor(executor, endpoint, options, reuse_address), executor_(executor) {}
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  rebound_acceptor(ExecutionContext& context, const endpoint_type& endpoint,
+                   const socket_options& options = {}, bool reuse_address = true)
+      : rebound_acceptor(executor_type(context.get_executor()), endpoint, options, reuse_address) {}
+  /// As above, in the shape of `tcp::acceptor(context, endpoint, reuse_address)`.
+  template <class ExecutionContext, class Bool,
+            std::enable_if_t<detail::context_and_flag<ExecutionContext, Bool>, int> = 0>
+  rebound_acceptor(ExecutionContext& context, const endpoint_type& endpoint, Bool reuse_address)
+      : rebound_acceptor(executor_type(context.get_executor()), endpoint, socket_options(), reuse_address) {}
+  /// Not yet open: set it up with `open`, `set_option`, `bind` and `listen`.
+  explicit rebound_acceptor(const executor_type& executor, const socket_options& options = {})
+      : acceptor(executor, options), executor_(executor) {}
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  explicit rebound_acceptor(ExecutionContext& context, const socket_options& options = {})
+      : rebound_acceptor(executor_type(context.get_executor()), options) {}
+
+  /// The executor on which handlers run by default.
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// As `acceptor::async_accept()`, as a `socket_type`: `void(error_code, socket_type)`.
+  template <class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_accept(Token&& token = Token()) {
+    return boost::asio::async_initiate<Token, void(error_code, socket_type)>(
+        [](auto handler, rebound_acceptor* self) {
+          // The plain accept hands over on the handler's executor, which stays the handler's.
+          auto ex = boost::asio::get_associated_executor(handler, self->acceptor::get_executor());
+          self->acceptor::async_accept(
+              boost::asio::bind_executor(ex, [h = std::move(handler)](error_code ec, socket s) mutable {
+                std::move(h)(ec, socket_type(std::move(s)));
+              }));
+        },
+        token, this);
+  }
+  /// As `acceptor::async_accept(peer)`.
+  template <class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_accept(socket& peer, Token&& token = Token()) {
+    return acceptor::async_accept(peer, std::forward<Token>(token));
+  }
+  /// As `acceptor::async_accept(peer, peer_endpoint)`.
+  template <class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_accept(socket& peer, endpoint_type& peer_endpoint, Token&& token = Token()) {
+    return acceptor::async_accept(peer, peer_endpoint, std::forward<Token>(token));
+  }
+
+ private:
+  executor_type executor_;
+};
+
+}  // namespace coverbs
