@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -31,6 +32,10 @@ inline void default_token_types(transport kind) {
   using tuple_socket = asio::as_tuple_t<asio::use_awaitable_t<>>::as_default_on_t<socket>;
   static_assert(std::is_same_v<tcp_acceptor::socket_type, tcp_socket>);
   static_assert(std::is_same_v<tcp_socket::executor_type, tcp_acceptor::executor_type>);
+  static_assert(std::is_same_v<tcp_socket::rebind_executor<asio::any_io_executor>::other, socket>);
+  static_assert(std::is_same_v<tcp_acceptor::rebind_executor<asio::any_io_executor>::other, acceptor>);
+  // Stream layers take the executor type, and so the default token, of the lowest layer.
+  static_assert(std::is_same_v<asio::ssl::stream<tcp_socket>::executor_type, tcp_socket::executor_type>);
 
   asio::io_context io;
   const socket_options options{.kind = kind};
@@ -40,6 +45,8 @@ inline void default_token_types(transport kind) {
   std::string echoed, message;
   asio::ip::tcp::endpoint seen_peer, client_local;
   std::optional<error_code> refusal;
+  tcp_socket third(io, options), c3(io, options);
+  bool moved_from_keeps_executor = false;
   int finished = 0;
 
   const auto echo = [](tcp_socket s) -> asio::awaitable<void> {
@@ -51,13 +58,16 @@ inline void default_token_types(transport kind) {
     }
   };
   const auto server = [&]() -> asio::awaitable<void> {
-    tcp_socket first = co_await listener.async_accept();
+    auto first = co_await listener.async_accept();
+    static_assert(std::is_same_v<decltype(first), tcp_socket>);
     asio::co_spawn(executor, echo(std::move(first)), asio::detached);
+    moved_from_keeps_executor = first.get_executor() == executor;  // Asio's do too
     tcp_socket second(io, options);
     co_await listener.async_accept(second, seen_peer);
     std::array<char, 64> m;
     const std::size_t n = co_await second.async_receive(asio::buffer(m));
     co_await second.async_send(asio::buffer(m.data(), n));
+    co_await listener.async_accept(third);
     ++finished;
   };
   const auto client = [&]() -> asio::awaitable<void> {
@@ -79,6 +89,7 @@ inline void default_token_types(transport kind) {
     std::array<char, 64> m;
     const std::size_t n = co_await c2.async_receive(asio::buffer(m));
     message.assign(m.data(), n);
+    co_await c3.async_connect(listener.local_endpoint());
     ++finished;
   };
   const auto rethrow = [](std::exception_ptr e) {
@@ -95,6 +106,9 @@ inline void default_token_types(transport kind) {
   BOOST_TEST((*refusal == asio::error::connection_refused), refusal->message());
   BOOST_TEST(seen_peer == client_local);
   BOOST_TEST(seen_peer.port() != 0);
+  BOOST_TEST(third.is_open());
+  BOOST_TEST((third.remote_endpoint() == c3.local_endpoint()));
+  BOOST_TEST(moved_from_keeps_executor);
 }
 
 }  // namespace coverbs::test

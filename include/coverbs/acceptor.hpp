@@ -18,6 +18,14 @@ using accept_handler = boost::asio::any_completion_handler<void(error_code, conn
 void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler);
 template <class T>
 constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::execution_context&>;
+template <class T>
+constexpr bool is_io_executor =
+    boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
+/// Whether two executors submit to the same execution context.
+inline bool same_context(const boost::asio::any_io_executor& a, const boost::asio::any_io_executor& b) {
+  return &boost::asio::query(a, boost::asio::execution::context) ==
+         &boost::asio::query(b, boost::asio::execution::context);
+}
 // An execution context and a bool: the arguments of tcp::acceptor's reuse_address constructor.
 template <class ExecutionContext, class Bool>
 constexpr bool context_and_flag =
@@ -44,7 +52,8 @@ class acceptor : public boost::asio::socket_base {
   /// `asio::use_awaitable_t<>::as_default_on_t<coverbs::acceptor>` names (rebound_acceptor.hpp).
   template <class OtherExecutor>
   struct rebind_executor {
-    using other = rebound_acceptor<OtherExecutor>;
+    using other = std::conditional_t<std::is_same_v<OtherExecutor, executor_type>, acceptor,
+                                     rebound_acceptor<OtherExecutor>>;
   };
 
   /// Opens, binds to `endpoint` (port 0: the system picks one) and listens. Throws
@@ -135,20 +144,25 @@ class acceptor : public boost::asio::socket_base {
 
   /// The next connection, whichever transport it came by, as a new socket:
   /// `void(error_code, coverbs::socket)`. Call again for each further connection.
-  template <class CompletionToken = detail::default_socket_token>
+  template <boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
+                detail::default_socket_token>
   auto async_accept(CompletionToken&& token = detail::default_socket_token()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, socket)>(
-        [](auto handler, acceptor* self) {
-          auto done = [ex = self->executor_, options = self->options_, h = std::move(handler)](
-                          error_code ec, detail::connection c) mutable {
-            socket s(ex, options);
-            if (!ec) s.attach(std::move(c.stream), c.kind, c.local, c.remote);
-            auto hex = boost::asio::get_associated_executor(h, ex);
-            boost::asio::dispatch(hex, boost::asio::append(std::move(h), ec, std::move(s)));
-          };
-          self->start_accept(detail::accept_handler(std::move(done)));
-        },
-        token, this);
+    return accept_on(executor_, std::forward<CompletionToken>(token));
+  }
+  /// As above, the socket's executor being `executor`, e.g. a strand (Beast's servers accept
+  /// with `make_strand(io)`); the handler runs on the acceptor's, as with `tcp::acceptor`. The
+  /// executor must belong to the acceptor's execution context, whose completion service
+  /// carries the connection: another context's gets `operation_not_supported`.
+  template <class Executor, class CompletionToken = detail::default_socket_token,
+            std::enable_if_t<detail::is_io_executor<Executor>, int> = 0>
+  auto async_accept(const Executor& executor, CompletionToken&& token = detail::default_socket_token()) {
+    return accept_on(executor_type(executor), std::forward<CompletionToken>(token));
+  }
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, class CompletionToken = detail::default_socket_token,
+            std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  auto async_accept(ExecutionContext& context, CompletionToken&& token = detail::default_socket_token()) {
+    return accept_on(executor_type(context.get_executor()), std::forward<CompletionToken>(token));
   }
   /// The next connection into `peer` (closed first): `void(error_code)`.
   template <class CompletionToken = detail::default_socket_token>
@@ -164,6 +178,27 @@ class acceptor : public boost::asio::socket_base {
   }
 
  private:
+  template <class CompletionToken>
+  auto accept_on(const executor_type& socket_executor, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, socket)>(
+        [](auto handler, acceptor* self, const executor_type& socket_executor) {
+          auto done = [ex = self->executor_, socket_executor, options = self->options_,
+                       h = std::move(handler)](error_code ec, detail::connection c) mutable {
+            socket s(socket_executor, options);
+            if (!ec) s.attach(std::move(c.stream), c.kind, c.local, c.remote);
+            auto hex = boost::asio::get_associated_executor(h, ex);
+            boost::asio::dispatch(hex, boost::asio::append(std::move(h), ec, std::move(s)));
+          };
+          if (!detail::same_context(socket_executor, self->executor_)) {
+            return boost::asio::post(
+                self->executor_,
+                boost::asio::append(std::move(done), boost::asio::error::operation_not_supported,
+                                    detail::connection{}));
+          }
+          self->start_accept(detail::accept_handler(std::move(done)));
+        },
+        token, this, socket_executor);
+  }
   template <class CompletionToken>
   auto accept_into(socket& peer, endpoint_type* peer_endpoint, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(

@@ -9,6 +9,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/role.hpp>
 #include <memory>
+#include <utility>
 
 #include "coverbs/socket.hpp"
 
@@ -53,6 +54,13 @@ template <class TeardownHandler>
 void async_teardown(boost::beast::role_type role, socket& s, TeardownHandler&& handler) {
   boost::asio::async_compose<TeardownHandler, void(error_code)>(detail::websocket_teardown{s, role}, handler,
                                                                 s);
+}
+
+/// As above, for a socket with a default-token executor (`as_default_on_t<coverbs::socket>`),
+/// which Beast's catch-all teardown would otherwise take.
+template <class Executor, class TeardownHandler>
+void async_teardown(boost::beast::role_type role, rebound_socket<Executor>& s, TeardownHandler&& handler) {
+  async_teardown(role, static_cast<socket&>(s), std::forward<TeardownHandler>(handler));
 }
 
 /// How Beast closes a stream's socket when an operation fails or times out

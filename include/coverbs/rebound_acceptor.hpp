@@ -26,13 +26,13 @@ class rebound_acceptor : public acceptor {
   /// The same acceptor with yet another executor type.
   template <class OtherExecutor>
   struct rebind_executor {
-    using other = rebound_acceptor<OtherExecutor>;
+    using other = typename acceptor::template rebind_executor<OtherExecutor>::other;
   };
 
   /// As acceptor's: opens, binds to `endpoint` and listens.
   rebound_acceptor(const executor_type& executor, const endpoint_type& endpoint,
                    const socket_options& options = {}, bool reuse_address = true)
-      : acceptor(executor, endpoint, options, reuse_address), executor_(executor) {}
+      : acceptor(executor, endpoint, options, reuse_address) {}
   /// As above, on `context`'s executor.
   template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
   rebound_acceptor(ExecutionContext& context, const endpoint_type& endpoint,
@@ -45,17 +45,23 @@ class rebound_acceptor : public acceptor {
       : rebound_acceptor(executor_type(context.get_executor()), endpoint, socket_options(), reuse_address) {}
   /// Not yet open: set it up with `open`, `set_option`, `bind` and `listen`.
   explicit rebound_acceptor(const executor_type& executor, const socket_options& options = {})
-      : acceptor(executor, options), executor_(executor) {}
+      : acceptor(executor, options) {}
   /// As above, on `context`'s executor.
   template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
   explicit rebound_acceptor(ExecutionContext& context, const socket_options& options = {})
       : rebound_acceptor(executor_type(context.get_executor()), options) {}
 
-  /// The executor on which handlers run by default.
-  executor_type get_executor() const noexcept { return executor_; }
+  /// Takes `other`'s listener, as `as_default_on` does with an acceptor.
+  rebound_acceptor(acceptor&& other) noexcept  // NOLINT(google-explicit-constructor): as Asio's
+      : acceptor(std::move(other)) {}
+
+  /// The executor on which handlers run by default (the acceptor's own, so a moved-from one
+  /// keeps it).
+  executor_type get_executor() const noexcept { return executor_type(acceptor::get_executor()); }
 
   /// As `acceptor::async_accept()`, as a `socket_type`: `void(error_code, socket_type)`.
-  template <class Token = boost::asio::default_completion_token_t<Executor>>
+  template <boost::asio::completion_token_for<void(error_code, socket_type)> Token =
+                boost::asio::default_completion_token_t<Executor>>
   auto async_accept(Token&& token = Token()) {
     return boost::asio::async_initiate<Token, void(error_code, socket_type)>(
         [](auto handler, rebound_acceptor* self) {
@@ -68,6 +74,19 @@ class rebound_acceptor : public acceptor {
         },
         token, this);
   }
+  /// As `acceptor::async_accept(executor)`: `void(error_code, coverbs::socket)`, the socket's
+  /// executor being `executor`.
+  template <class OtherExecutor, class Token = boost::asio::default_completion_token_t<Executor>,
+            std::enable_if_t<detail::is_io_executor<OtherExecutor>, int> = 0>
+  auto async_accept(const OtherExecutor& executor, Token&& token = Token()) {
+    return acceptor::async_accept(executor, std::forward<Token>(token));
+  }
+  /// As `acceptor::async_accept(context)`.
+  template <class ExecutionContext, class Token = boost::asio::default_completion_token_t<Executor>,
+            std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  auto async_accept(ExecutionContext& context, Token&& token = Token()) {
+    return acceptor::async_accept(context, std::forward<Token>(token));
+  }
   /// As `acceptor::async_accept(peer)`.
   template <class Token = boost::asio::default_completion_token_t<Executor>>
   auto async_accept(socket& peer, Token&& token = Token()) {
@@ -78,9 +97,6 @@ class rebound_acceptor : public acceptor {
   auto async_accept(socket& peer, endpoint_type& peer_endpoint, Token&& token = Token()) {
     return acceptor::async_accept(peer, peer_endpoint, std::forward<Token>(token));
   }
-
- private:
-  executor_type executor_;
 };
 
 }  // namespace coverbs

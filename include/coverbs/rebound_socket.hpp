@@ -21,20 +21,25 @@ namespace coverbs {
 template <class Executor>
 class rebound_socket : public socket {
   static_assert(std::is_convertible_v<Executor, boost::asio::any_io_executor> &&
-                    std::is_constructible_v<Executor, const boost::asio::any_io_executor&>,
-                "a coverbs socket's executor is an any_io_executor: Executor must convert both ways");
+                    std::is_convertible_v<boost::asio::any_io_executor, Executor>,
+                "a coverbs socket's executor is an any_io_executor: Executor must convert both ways "
+                "(as executor_with_default does)");
 
  public:
   using executor_type = Executor;
   /// The same socket with yet another executor type.
   template <class OtherExecutor>
   struct rebind_executor {
-    using other = rebound_socket<OtherExecutor>;
+    using other = typename socket::template rebind_executor<OtherExecutor>::other;
   };
+
+  /// The type of `lowest_layer()`: this one, so that stream layers over it (e.g.
+  /// `asio::ssl::stream`) take its executor type and default token.
+  using lowest_layer_type = rebound_socket;
 
   /// A closed socket whose operations run on `executor`.
   explicit rebound_socket(const executor_type& executor, const socket_options& options = {})
-      : socket(executor, options), executor_(executor) {}
+      : socket(executor, options) {}
   /// A closed socket whose operations run on `context`'s executor.
   template <class ExecutionContext>
   requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
@@ -43,10 +48,15 @@ class rebound_socket : public socket {
   /// Takes `other`'s connection (any coverbs socket, whatever its executor type), as a
   /// `tcp::socket` is moved into one of another executor type.
   rebound_socket(socket&& other) noexcept  // NOLINT(google-explicit-constructor): as Asio's
-      : socket(std::move(other)), executor_(socket::get_executor()) {}
+      : socket(std::move(other)) {}
 
-  /// The executor on which handlers run by default.
-  executor_type get_executor() const noexcept { return executor_; }
+  /// The executor on which handlers run by default (the socket's own, so a moved-from socket
+  /// keeps it).
+  executor_type get_executor() const noexcept { return executor_type(socket::get_executor()); }
+  /// This socket, as the lowest layer under stream wrappers.
+  rebound_socket& lowest_layer() noexcept { return *this; }
+  /// As above.
+  const rebound_socket& lowest_layer() const noexcept { return *this; }
 
   // The members below are socket's, with this executor's default completion token.
 
@@ -108,9 +118,6 @@ class rebound_socket : public socket {
                           std::uint64_t compare, std::uint64_t swap, Token&& token = Token()) {
     return socket::async_compare_swap(local, remote, compare, swap, std::forward<Token>(token));
   }
-
- private:
-  executor_type executor_;
 };
 
 }  // namespace coverbs

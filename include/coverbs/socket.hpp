@@ -92,7 +92,8 @@ class socket : public boost::asio::socket_base {
   /// `asio::use_awaitable_t<>::as_default_on_t<coverbs::socket>` names (rebound_socket.hpp).
   template <class OtherExecutor>
   struct rebind_executor {
-    using other = rebound_socket<OtherExecutor>;
+    using other = std::conditional_t<std::is_same_v<OtherExecutor, executor_type>, socket,
+                                     rebound_socket<OtherExecutor>>;
   };
 
   /// A closed socket whose operations run on `executor`.
@@ -350,7 +351,7 @@ class socket : public boost::asio::socket_base {
           if (!self->impl_) return not_open(std::move(handler), self->executor_, Value{});
           detail::stream_core& impl = *self->impl_;
           start(impl,
-                detail::erased_handler<void(error_code, Value)>(std::move(handler), impl.get_executor(),
+                detail::erased_handler<void(error_code, Value)>(std::move(handler), self->executor_,
                                                                 impl.allocator()),
                 args...);
         },
@@ -374,7 +375,8 @@ class socket : public boost::asio::socket_base {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
         [](auto handler, socket* self, const ConstBufferSequence& buffers) {
           if (!self->impl_) return not_open(std::move(handler), self->executor_, std::size_t{0});
-          self->impl_->write_unerased<Message>(detail::const_buffer_list(buffers), std::move(handler));
+          self->impl_->write_unerased<Message>(detail::const_buffer_list(buffers), std::move(handler),
+                                               self->executor_);
         },
         token, this, buffers);
   }

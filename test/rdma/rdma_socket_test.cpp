@@ -2,6 +2,7 @@
 // connect in the Soft-RoCE VM: the same bodies as tcp_socket_test.
 #include <boost/test/unit_test.hpp>
 
+#include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
@@ -44,6 +45,9 @@ BOOST_AUTO_TEST_CASE(socket_options) {
 }
 BOOST_AUTO_TEST_CASE(available_bytes) {
   test::available_bytes(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(accept_onto_executor) {
+  test::accept_onto_executor(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(default_token_types) {
   test::default_token_types(transport::rdma);

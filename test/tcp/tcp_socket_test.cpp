@@ -1,6 +1,7 @@
 // coverbs::socket and coverbs::acceptor over TCP, through a real listen and connect.
 #include <boost/test/unit_test.hpp>
 
+#include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
@@ -59,6 +60,9 @@ BOOST_AUTO_TEST_CASE(socket_options) {
 }
 BOOST_AUTO_TEST_CASE(available_bytes) {
   test::available_bytes(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(accept_onto_executor) {
+  test::accept_onto_executor(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(default_token_types) {
   test::default_token_types(transport::tcp);

@@ -63,13 +63,15 @@ class stream_core : public handler_holder {
   /// fewer than min_direct_bytes), the handler is posted as it is, without being stored,
   /// watched for cancellation and ended, which is most of the cost of a small write or send;
   /// otherwise it is erased and goes the way of write_some or send_message.
+  /// `handler_executor` is the handler's default executor: the socket's.
   template <bool Message, class Handler>
-  void write_unerased(const_buffer_list buffers, Handler&& handler) {
+  void write_unerased(const_buffer_list buffers, Handler&& handler,
+                      const boost::asio::any_io_executor& handler_executor) {
     std::size_t n = 0;
     if (transmit_now(buffers, Message, n)) {
-      return post_result(executor_, std::forward<Handler>(handler), allocator(), error_code(), n);
+      return post_result(handler_executor, std::forward<Handler>(handler), allocator(), error_code(), n);
     }
-    size_handler erased(std::forward<Handler>(handler), executor_, allocator());
+    size_handler erased(std::forward<Handler>(handler), handler_executor, allocator());
     Message ? send_message(buffers, std::move(erased)) : write_some(buffers, std::move(erased));
   }
   /// Stream bytes received and not yet read: what the next read_some takes without waiting.
