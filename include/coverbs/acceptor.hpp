@@ -15,16 +15,19 @@ namespace coverbs {
 namespace detail {
 class acceptor_impl;
 using accept_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
-void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler);
+/// Takes the next connection, its stream built on `socket_executor` (of `impl`'s context).
+void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
+                  const boost::asio::any_io_executor& socket_executor);
+/// An executor a socket can be made with (a legacy one, such as io_context::strand, cannot).
 template <class T>
-constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::execution_context&>;
-template <class T>
-constexpr bool is_io_executor =
-    boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
-/// Whether two executors submit to the same execution context.
+constexpr bool is_io_executor = (boost::asio::execution::is_executor<T>::value ||
+                                 boost::asio::is_executor<T>::value) &&
+                                std::is_convertible_v<T, boost::asio::any_io_executor>;
+/// Whether two executors submit to the same execution context (false if either is empty).
 inline bool same_context(const boost::asio::any_io_executor& a, const boost::asio::any_io_executor& b) {
-  return &boost::asio::query(a, boost::asio::execution::context) ==
-         &boost::asio::query(b, boost::asio::execution::context);
+  return a && b &&
+         &boost::asio::query(a, boost::asio::execution::context) ==
+             &boost::asio::query(b, boost::asio::execution::context);
 }
 // An execution context and a bool: the arguments of tcp::acceptor's reuse_address constructor.
 template <class ExecutionContext, class Bool>
@@ -147,47 +150,79 @@ class acceptor : public boost::asio::socket_base {
   template <boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
                 detail::default_socket_token>
   auto async_accept(CompletionToken&& token = detail::default_socket_token()) {
-    return accept_on(executor_, std::forward<CompletionToken>(token));
+    return initiate_accept<void(error_code, socket)>(executor_, new_socket{options_},
+                                                     std::forward<CompletionToken>(token));
   }
   /// As above, the socket's executor being `executor`, e.g. a strand (Beast's servers accept
   /// with `make_strand(io)`); the handler runs on the acceptor's, as with `tcp::acceptor`. The
-  /// executor must belong to the acceptor's execution context, whose completion service
-  /// carries the connection: another context's gets `operation_not_supported`.
+  /// connection's own work (its completions, its TCP reads) runs there too, so a context run
+  /// by several threads serves each connection on its strand. The executor must belong to
+  /// the acceptor's execution context, whose completion services and rdma_cm events carry the
+  /// connection: another context's gets `operation_not_supported`.
   template <class Executor, class CompletionToken = detail::default_socket_token,
             std::enable_if_t<detail::is_io_executor<Executor>, int> = 0>
   auto async_accept(const Executor& executor, CompletionToken&& token = detail::default_socket_token()) {
-    return accept_on(executor_type(executor), std::forward<CompletionToken>(token));
+    return initiate_accept<void(error_code, socket)>(executor_type(executor), new_socket{options_},
+                                                     std::forward<CompletionToken>(token));
   }
   /// As above, on `context`'s executor.
   template <class ExecutionContext, class CompletionToken = detail::default_socket_token,
             std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
   auto async_accept(ExecutionContext& context, CompletionToken&& token = detail::default_socket_token()) {
-    return accept_on(executor_type(context.get_executor()), std::forward<CompletionToken>(token));
+    return async_accept(context.get_executor(), std::forward<CompletionToken>(token));
   }
-  /// The next connection into `peer` (closed first): `void(error_code)`.
+  /// The next connection into `peer`, on `peer`'s executor (of this acceptor's context, as
+  /// above): `void(error_code)`. `peer` is closed first.
   template <class CompletionToken = detail::default_socket_token>
   auto async_accept(socket& peer, CompletionToken&& token = detail::default_socket_token()) {
-    return accept_into(peer, nullptr, std::forward<CompletionToken>(token));
+    return initiate_accept<void(error_code)>(peer.get_executor(), into_peer{&peer, nullptr},
+                                             std::forward<CompletionToken>(token));
   }
   /// As above, and stores the client's address and port in `peer_endpoint` (which must
   /// outlive the operation): `void(error_code)`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_accept(socket& peer, endpoint_type& peer_endpoint,
                     CompletionToken&& token = detail::default_socket_token()) {
-    return accept_into(peer, &peer_endpoint, std::forward<CompletionToken>(token));
+    return initiate_accept<void(error_code)>(peer.get_executor(), into_peer{&peer, &peer_endpoint},
+                                             std::forward<CompletionToken>(token));
   }
 
  private:
-  template <class CompletionToken>
-  auto accept_on(const executor_type& socket_executor, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, socket)>(
-        [](auto handler, acceptor* self, const executor_type& socket_executor) {
-          auto done = [ex = self->executor_, socket_executor, options = self->options_,
-                       h = std::move(handler)](error_code ec, detail::connection c) mutable {
-            socket s(socket_executor, options);
-            if (!ec) s.attach(std::move(c.stream), c.kind, c.local, c.remote);
+  // How an accept hands its connection to its handler: as a new socket ...
+  struct new_socket {
+    socket_options options;
+    void start() const noexcept {}
+    template <class Handler>
+    auto operator()(Handler&& handler, const executor_type& socket_executor, error_code ec,
+                    detail::connection c) const {
+      socket s(socket_executor, options);
+      if (!ec) s.attach(std::move(c.stream), c.kind, c.local, c.remote);
+      return boost::asio::append(std::forward<Handler>(handler), ec, std::move(s));
+    }
+  };
+  // ... or in the caller's socket.
+  struct into_peer {
+    socket* peer;
+    endpoint_type* peer_endpoint;
+    void start() const noexcept { peer->close(); }
+    template <class Handler>
+    auto operator()(Handler&& handler, const executor_type&, error_code ec, detail::connection c) const {
+      if (!ec && peer_endpoint != nullptr) *peer_endpoint = c.remote;
+      if (!ec) peer->attach(std::move(c.stream), c.kind, c.local, c.remote);
+      return boost::asio::append(std::forward<Handler>(handler), ec);
+    }
+  };
+  // Every async_accept form: the connection is built on `socket_executor`, then handed over
+  // on the handler's executor (the acceptor's by default).
+  template <class Signature, class Deliver, class CompletionToken>
+  auto initiate_accept(const executor_type& socket_executor, Deliver deliver, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, Signature>(
+        [](auto handler, acceptor* self, const executor_type& socket_executor, Deliver deliver) {
+          deliver.start();
+          auto done = [ex = self->executor_, socket_executor, deliver, h = std::move(handler)](
+                          error_code ec, detail::connection c) mutable {
             auto hex = boost::asio::get_associated_executor(h, ex);
-            boost::asio::dispatch(hex, boost::asio::append(std::move(h), ec, std::move(s)));
+            boost::asio::dispatch(hex, deliver(std::move(h), socket_executor, ec, std::move(c)));
           };
           if (!detail::same_context(socket_executor, self->executor_)) {
             return boost::asio::post(
@@ -195,27 +230,11 @@ class acceptor : public boost::asio::socket_base {
                 boost::asio::append(std::move(done), boost::asio::error::operation_not_supported,
                                     detail::connection{}));
           }
-          self->start_accept(detail::accept_handler(std::move(done)));
+          self->start_accept(detail::accept_handler(std::move(done)), socket_executor);
         },
-        token, this, socket_executor);
+        token, this, socket_executor, std::move(deliver));
   }
-  template <class CompletionToken>
-  auto accept_into(socket& peer, endpoint_type* peer_endpoint, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-        [](auto handler, acceptor* self, socket* peer, endpoint_type* peer_endpoint) {
-          peer->close();
-          auto done = [ex = self->executor_, peer, peer_endpoint, h = std::move(handler)](
-                          error_code ec, detail::connection c) mutable {
-            if (!ec && peer_endpoint != nullptr) *peer_endpoint = c.remote;
-            if (!ec) peer->attach(std::move(c.stream), c.kind, c.local, c.remote);
-            auto hex = boost::asio::get_associated_executor(h, ex);
-            boost::asio::dispatch(hex, boost::asio::append(std::move(h), ec));
-          };
-          self->start_accept(detail::accept_handler(std::move(done)));
-        },
-        token, this, &peer, peer_endpoint);
-  }
-  void start_accept(detail::accept_handler handler);
+  void start_accept(detail::accept_handler handler, const executor_type& socket_executor);
   // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
   boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
   // An RDMA-only acceptor's answer to an option.

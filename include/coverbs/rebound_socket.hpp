@@ -42,7 +42,7 @@ class rebound_socket : public socket {
       : socket(executor, options) {}
   /// A closed socket whose operations run on `context`'s executor.
   template <class ExecutionContext>
-  requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+    requires detail::is_execution_context<ExecutionContext>
   explicit rebound_socket(ExecutionContext& context, const socket_options& options = {})
       : rebound_socket(executor_type(context.get_executor()), options) {}
   /// Takes `other`'s connection (any coverbs socket, whatever its executor type), as a

@@ -77,6 +77,13 @@ struct socket_options {
 template <class Executor>
 class rebound_socket;
 
+namespace detail {
+/// Whether `T` is an execution context (an io_context, a thread_pool), as the constructors
+/// that take one require.
+template <class T>
+constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::execution_context&>;
+}  // namespace detail
+
 /// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
 /// subset (same constructors, member names, completion signatures and error codes), so it is
 /// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
@@ -101,7 +108,7 @@ class socket : public boost::asio::socket_base {
       : executor_(executor), options_(options) {}
   /// A closed socket whose operations run on `context`'s executor.
   template <class ExecutionContext>
-    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+    requires detail::is_execution_context<ExecutionContext>
   explicit socket(ExecutionContext& context, const socket_options& options = {})
       : socket(context.get_executor(), options) {}
   /// Takes `other`'s connection; `other` is left closed, on the same executor and options.

@@ -104,6 +104,11 @@ id::id(const executor_type& executor)
                  .create(executor)),
       executor_(executor) {}
 
+id::id(id&& other, const executor_type& executor) noexcept
+    : state_(std::move(other.state_)), executor_(executor) {
+  if (state_) state_->executor = executor;  // what its waits default to
+}
+
 rdma_cm_id* id::native_handle() const noexcept {
   return state_ ? state_->cm : nullptr;
 }

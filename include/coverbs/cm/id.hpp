@@ -44,6 +44,10 @@ class id {
   ~id() = default;
   id(id&&) noexcept = default;
   id& operator=(id&&) noexcept = default;
+  /// Takes `other`'s rdma_cm_id, its operations completing on `executor` by default from now
+  /// on (of the same execution context; no operation may be pending), e.g. a request id
+  /// handed to the strand that will serve its connection.
+  id(id&& other, const executor_type& executor) noexcept;
 
   /// The executor on which operations complete by default.
   executor_type get_executor() const noexcept { return executor_; }

@@ -1,0 +1,349 @@
+#include "acceptor_impl.hpp"
+
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <system_error>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "coverbs/detail/tcp_stream.hpp"
+
+namespace coverbs::detail {
+
+namespace asio = boost::asio;
+
+acceptor_impl::acceptor_impl(const asio::any_io_executor& ex, const socket_options& options)
+    : handler_holder(ex),
+      executor_(ex),
+      options_(options),
+      open_(std::make_shared<std::atomic<std::size_t>>(0)) {}
+
+error_code acceptor_impl::open(const asio::ip::tcp& protocol) {
+  error_code ec;
+  if (options_.kind != transport::rdma) {
+    tcp_.emplace(executor_);
+    tcp_->open(protocol, ec);
+  }
+  return ec;
+}
+
+error_code acceptor_impl::bind(const asio::ip::tcp::endpoint& endpoint) {
+  if (rdma_) return asio::error::invalid_argument;  // bound already, as a second bind(2)
+  error_code ec;
+  asio::ip::tcp::endpoint bound = endpoint;
+  if (tcp_) {
+    tcp_->bind(endpoint, ec);
+    if (!ec) bound = tcp_->local_endpoint(ec);
+    if (ec) return ec;
+  }
+  if (options_.kind != transport::tcp) {
+    std::optional<cm::id> listener;
+    ec = make_listener(listener);
+    if (!ec) listener->bind(bound, ec);  // the same port number as TCP
+    if (!ec) {
+      bound = listener->local_endpoint();
+      rdma_.emplace(std::move(*listener));
+    } else if (options_.kind == transport::rdma) {
+      return ec;
+    }
+  }
+  endpoint_ = bound;
+  return {};
+}
+
+error_code acceptor_impl::listen(int backlog) {
+  if (!tcp_ && !rdma_) return asio::error::invalid_argument;  // RDMA alone, not bound yet
+  error_code ec;
+  if (tcp_) tcp_->listen(backlog, ec);
+  if (ec) return ec;
+  if (rdma_ && !listening_) {
+    // rdma_cm caps the backlog itself, and takes 0 for its maximum.
+    rdma_->listen(backlog >= asio::socket_base::max_listen_connections ? 0 : backlog, ec);
+    if (ec && options_.kind == transport::rdma) return ec;
+    if (ec) rdma_.reset();  // TCP alone, as when no RDMA device is there
+  }
+  listening_ = true;
+  return {};
+}
+
+asio::ip::tcp::endpoint acceptor_impl::local_endpoint(error_code& ec) const {
+  ec = {};
+  return tcp_ ? tcp_->local_endpoint(ec) : endpoint_;
+}
+
+void acceptor_impl::accept(accept_handler handler, const asio::any_io_executor& socket_executor) {
+  if (closed_) return fail(std::move(handler), asio::error::operation_aborted);
+  if (!listening_) return fail(std::move(handler), asio::error::invalid_argument);  // as accept(2)
+  waiters_.push_back({std::move(handler), socket_executor});
+  if (arrived_.empty() && ready_.empty()) return run_listeners();
+  asio::post(executor_, [self = shared_from_this()] { self->serve(); });
+}
+
+void acceptor_impl::cancel() {
+  auto waiters = std::move(waiters_);
+  waiters_.clear();
+  for (auto& w : waiters) fail(std::move(w.handler), asio::error::operation_aborted);
+  for (auto& h : handshakes_) {
+    if (!h.taker || h.abandoned) continue;
+    h.abandoned = true;
+    fail(std::move(h.taker->handler), asio::error::operation_aborted);
+  }
+}
+
+void acceptor_impl::close() {
+  closed_ = true;
+  cancel();
+  // Connections nobody took are refused (or closed), not dropped: their clients would wait.
+  for (auto& a : arrived_) {
+    error_code ignored;
+    if (auto* t = std::get_if<tcp_arrival>(&a)) t->socket.close(ignored);
+    if (auto* r = std::get_if<rdma_arrival>(&a)) r->request.reject({}, ignored);
+  }
+  arrived_.clear();
+  for (auto& c : ready_) c.stream->close();  // built here, on executor_
+  ready_.clear();
+  if (tcp_) {
+    error_code ignored;
+    tcp_->close(ignored);
+  }
+  rdma_.reset();
+}
+
+// A waiter's coroutine may own the acceptor, and so this: destroyed, the cycle breaks.
+void acceptor_impl::destroy_handlers() noexcept {
+  const auto self = weak_from_this().lock();
+  if (!self) return;
+  const auto waiters = std::move(waiters_);
+  waiters_.clear();
+  const auto handshakes = std::move(handshakes_);
+  handshakes_.clear();
+  const auto arrived = std::move(arrived_);
+  arrived_.clear();
+  const auto ready = std::move(ready_);
+  ready_.clear();
+}
+
+// An rdma_cm id to listen on; the error of creating one (no RDMA stack) otherwise.
+error_code acceptor_impl::make_listener(std::optional<cm::id>& listener) {
+  try {
+    listener.emplace(executor_);
+  } catch (const std::system_error& e) {
+    const std::error_code& code = e.code();
+    const bool errno_value =
+        code.category() == std::generic_category() || code.category() == std::system_category();
+    return errno_value ? error_code(code.value(), boost::system::system_category()) : error_code(code);
+  }
+  return {};
+}
+
+// A place among the connections the acceptor keeps open, held by the connection until its
+// socket closes (on the socket's executor, hence the atomic count); null at the limit.
+std::shared_ptr<void> acceptor_impl::admit() {
+  struct place {
+    explicit place(std::shared_ptr<std::atomic<std::size_t>> count) : open(std::move(count)) { ++*open; }
+    place(const place&) = delete;
+    place& operator=(const place&) = delete;
+    ~place() { --*open; }
+    std::shared_ptr<std::atomic<std::size_t>> open;
+  };
+  if (options_.max_connections != 0 && *open_ >= options_.max_connections) return nullptr;
+  return std::make_shared<place>(open_);
+}
+
+void acceptor_impl::fail(accept_handler handler, error_code ec) {
+  asio::post(executor_, [h = std::move(handler), ec]() mutable { std::move(h)(ec, connection{}); });
+}
+
+// Pairs waiting accepts with connections, each in order; an accept on the acceptor's executor
+// takes a ready one first.
+void acceptor_impl::serve() {
+  while (!waiters_.empty()) {
+    if (!ready_.empty() && on_own_executor(waiters_.front())) {
+      waiter w = std::move(waiters_.front());
+      waiters_.pop_front();
+      connection c = std::move(ready_.front());
+      ready_.pop_front();
+      std::move(w.handler)(error_code(), std::move(c));
+      continue;
+    }
+    if (arrived_.empty()) break;
+    arrival a = std::move(arrived_.front());
+    arrived_.pop_front();
+    if (auto* request = std::get_if<rdma_arrival>(&a); request && on_own_executor(waiters_.front())) {
+      answer(std::nullopt, std::move(*request));  // the accept keeps waiting, for whichever is first
+      continue;
+    }
+    waiter w = std::move(waiters_.front());
+    waiters_.pop_front();
+    if (auto* t = std::get_if<tcp_arrival>(&a)) {
+      hand_over(std::move(w), std::move(*t));
+    } else {
+      answer(std::move(w), std::move(std::get<rdma_arrival>(a)));
+    }
+  }
+  if (!waiters_.empty()) run_listeners();
+}
+
+void acceptor_impl::arrived(arrival a) {
+  arrived_.push_back(std::move(a));
+  serve();
+}
+
+void acceptor_impl::listener_failed(error_code ec) {
+  if (waiters_.empty() || closed_) return;
+  auto w = std::move(waiters_.front());
+  waiters_.pop_front();
+  std::move(w.handler)(ec, connection{});
+}
+
+void acceptor_impl::run_listeners() {
+  if (tcp_ && !tcp_running_) accept_tcp();
+  if (rdma_ && !rdma_running_) accept_rdma();
+}
+
+void acceptor_impl::accept_tcp() {
+  tcp_running_ = true;
+  tcp_->async_accept([self = shared_from_this()](error_code ec, asio::ip::tcp::socket s) {
+    self->tcp_running_ = false;
+    if (self->closed_) return;
+    if (ec) {
+      self->listener_failed(ec);
+    } else if (auto place = self->admit()) {
+      self->arrived(tcp_arrival{std::move(s), std::move(place)});
+    } else {
+      // Over the limit. The kernel has completed the client's connect already, so reset the
+      // connection before any hello: the client's stream reports connection_refused.
+      error_code ignored;
+      s.set_option(asio::socket_base::linger(true, 0), ignored);
+      s.close(ignored);
+    }
+    // arrived() may have run a waiter that asked for the next connection and so re-armed
+    // the listener already; a second accept would stay queued for ever, one more each time.
+    if (!self->waiters_.empty() && !self->tcp_running_) self->accept_tcp();
+  });
+}
+
+// The socket moves to the waiter's executor (its descriptor registered there instead), where
+// its stream is built and started: the stream's first completions may come at once.
+void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
+  error_code ec;
+  const auto local = a.socket.local_endpoint(ec);
+  asio::ip::tcp::endpoint remote;
+  if (!ec) remote = a.socket.remote_endpoint(ec);
+  asio::ip::tcp::socket socket(w.executor);
+  if (!ec && a.socket.get_executor() != w.executor) {
+    const int fd = a.socket.release(ec);
+    if (!ec) socket.assign(local.protocol(), fd, ec);
+    if (ec && fd >= 0) ::close(fd);
+  } else if (!ec) {
+    socket = std::move(a.socket);
+  }
+  if (ec) {  // the client left already: the accept waits for the next one
+    waiters_.push_front(std::move(w));
+    return serve();
+  }
+  // Back through the acceptor's executor, queued: dispatched from the socket's strand, the
+  // accept's handler would run inside it.
+  asio::dispatch(w.executor, [self = shared_from_this(), socket = std::move(socket),
+                              place = std::move(a.place), local, remote, h = std::move(w.handler)]() mutable {
+    auto stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
+    stream->keep_until_closed(std::move(place));
+    stream->start();
+    asio::post(self->executor_,
+               [h = std::move(h), c = connection{stream, local, remote, transport::tcp}]() mutable {
+                 std::move(h)(error_code(), std::move(c));
+               });
+  });
+}
+
+void acceptor_impl::accept_rdma() {
+  rdma_running_ = true;
+  rdma_->async_get_request([self = shared_from_this()](error_code ec, cm::id request) {
+    self->rdma_running_ = false;
+    if (self->closed_) return;
+    if (ec) {
+      self->listener_failed(ec);
+    } else {
+      self->request_arrived(std::move(request));
+    }
+    if (!self->waiters_.empty() && !self->rdma_running_) self->accept_rdma();
+  });
+}
+
+// A request with a malformed handshake, or one over the limit, is refused at once; it never
+// fails the application's accept, which waits for the next good connection.
+void acceptor_impl::request_arrived(cm::id request) {
+  stream_geometry peer{};
+  auto place = admit();
+  if (!place || parse_handshake(request.peer_private_data(), peer)) {
+    error_code ignored;
+    request.reject({}, ignored);  // the client's connect fails with connection_refused
+    return;
+  }
+  arrived(rdma_arrival{std::move(request), peer, std::move(place)});
+}
+
+// Builds the stream where it will run (the taker's executor, else the acceptor's) and answers
+// the request there; the rdma_cm events come there too, where the connection is finished
+// before the result comes back here (queued, as for TCP).
+void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
+  const auto ex = taker ? taker->executor : executor_;
+  const auto at = handshakes_.insert(handshakes_.end(), handshake{std::move(taker)});
+  asio::dispatch(ex, [self = shared_from_this(), at, ex, a = std::move(a)]() mutable {
+    const auto report = [self, at](error_code ec, std::shared_ptr<rdma_stream> stream, connection c) {
+      asio::post(self->executor_, [self, at, ec, stream = std::move(stream), c = std::move(c)]() mutable {
+        self->handshake_done(at, ec, stream, std::move(c));
+      });
+    };
+    std::shared_ptr<rdma_stream> stream;
+    try {
+      stream = make_rdma_stream(cm::id(std::move(a.request), ex), self->options_);
+    } catch (const std::exception&) {  // the id is gone with its resources: rejected
+      return report(asio::error::no_memory, nullptr, {});
+    }
+    stream->keep_until_closed(std::move(a.place));
+    auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+    res.id.async_accept(encode_handshake(local_geometry(self->options_)),
+                        [report, stream, peer = a.peer](error_code ec) {
+                          connection c{};
+                          if (!ec) c = finish_rdma_connection(stream, peer);
+                          report(ec, stream, std::move(c));
+                        });
+  });
+}
+
+void acceptor_impl::handshake_done(handshake_list::iterator at, error_code ec,
+                                   const std::shared_ptr<rdma_stream>& stream, connection c) {
+  handshake h = std::move(*at);
+  handshakes_.erase(at);
+  const bool wanted = !ec && !h.abandoned && !closed_;
+  if (!wanted && stream) {
+    // Closed where it runs; its place frees at once.
+    asio::post(stream->get_executor(), [stream] {
+      stream->close();
+      stream->keep_until_closed(nullptr);
+    });
+  }
+  if (h.abandoned) return;  // its accept has completed already
+  if (h.taker && closed_) return fail(std::move(h.taker->handler), asio::error::operation_aborted);
+  if (h.taker && !wanted) {  // the client left: the accept waits for the next one
+    waiters_.push_front(std::move(*h.taker));
+    return serve();
+  }
+  if (h.taker) return std::move(h.taker->handler)(error_code(), std::move(c));
+  if (wanted) ready(std::move(c));
+}
+
+void acceptor_impl::ready(connection c) {
+  ready_.push_back(std::move(c));
+  serve();
+}
+
+void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
+                  const asio::any_io_executor& socket_executor) {
+  impl->accept(std::move(handler), socket_executor);
+}
+
+}  // namespace coverbs::detail

@@ -1,0 +1,110 @@
+// The state behind coverbs::acceptor: its listeners, the accepts waiting, and the connections
+// that arrived, are being set up, or are ready.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <deque>
+#include <list>
+#include <memory>
+#include <optional>
+#include <variant>
+
+#include "coverbs/acceptor.hpp"
+#include "coverbs/cm/id.hpp"
+#include "coverbs/detail/handshake.hpp"
+#include "coverbs/detail/shutdown_service.hpp"
+
+namespace coverbs::detail {
+
+/// Listeners run only while someone waits for a connection, so an idle acceptor does not keep
+/// io_context::run from returning; a connection that arrives with nobody waiting is kept.
+///
+/// A connection is built on the executor of the socket it goes to, so that its completions
+/// and reads never run beside that socket's operations on another thread (a strand of a
+/// context that several threads run). A TCP socket the kernel accepted waits unbuilt, and
+/// moves to that executor when an accept takes it. An RDMA request is answered, which takes
+/// a round trip, in one of two ways:
+/// - for an accept on the acceptor's own executor (the usual loop), at once and on that
+///   executor, so that several handshakes overlap and a client that never completes one
+///   holds up nobody; the connection goes to the first such accept;
+/// - for an accept onto another executor, for that accept alone, built on its executor;
+///   while the handshake lasts, the accept waits for it.
+/// Everything here runs on the acceptor's executor, except the building, which runs on the
+/// socket's and reports back.
+class acceptor_impl : public handler_holder, public std::enable_shared_from_this<acceptor_impl> {
+ public:
+  acceptor_impl(const boost::asio::any_io_executor& ex, const socket_options& options);
+
+  // The set-up steps of tcp::acceptor, each reporting as its counterpart on a TCP acceptor;
+  // the constructor with an endpoint takes them all.
+  error_code open(const boost::asio::ip::tcp& protocol);
+  error_code bind(const boost::asio::ip::tcp::endpoint& endpoint);
+  error_code listen(int backlog);
+  boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
+
+  /// Takes the next connection for a socket on `socket_executor`; the handler is never
+  /// called from inside this call.
+  void accept(accept_handler handler, const boost::asio::any_io_executor& socket_executor);
+  /// Ends the accepts waiting, and those whose handshake is under way (that connection is
+  /// dropped), with operation_aborted.
+  void cancel();
+  /// As cancel, then refuses the connections nobody took and stops listening.
+  void close();
+  void destroy_handlers() noexcept override;
+
+  std::optional<boost::asio::ip::tcp::acceptor> tcp_;
+  std::optional<cm::id> rdma_;
+
+ private:
+  struct waiter {
+    accept_handler handler;
+    boost::asio::any_io_executor executor;  ///< the socket's: where the connection is built
+  };
+  struct tcp_arrival {
+    boost::asio::ip::tcp::socket socket;
+    std::shared_ptr<void> place;
+  };
+  struct rdma_arrival {  ///< a request not yet answered: rdma_cm keeps its client waiting
+    cm::id request;
+    stream_geometry peer;
+    std::shared_ptr<void> place;
+  };
+  using arrival = std::variant<tcp_arrival, rdma_arrival>;
+  /// An RDMA handshake under way: for `taker` alone, or (none) for the next accept on the
+  /// acceptor's executor.
+  struct handshake {
+    std::optional<waiter> taker;
+    bool abandoned = false;  ///< its accept was cancelled: drop the connection
+  };
+  using handshake_list = std::list<handshake>;
+
+  error_code make_listener(std::optional<cm::id>& listener);
+  std::shared_ptr<void> admit();
+  void fail(accept_handler handler, error_code ec);
+  bool on_own_executor(const waiter& w) const { return w.executor == executor_; }
+
+  void serve();
+  void arrived(arrival a);
+  void listener_failed(error_code ec);
+  void run_listeners();
+  void accept_tcp();
+  void hand_over(waiter w, tcp_arrival a);
+  void accept_rdma();
+  void request_arrived(cm::id request);
+  void answer(std::optional<waiter> taker, rdma_arrival a);
+  void handshake_done(handshake_list::iterator at, error_code ec, const std::shared_ptr<rdma_stream>& stream,
+                      connection c);
+  void ready(connection c);
+
+  boost::asio::any_io_executor executor_;
+  socket_options options_;
+  std::deque<waiter> waiters_;
+  std::deque<arrival> arrived_;
+  handshake_list handshakes_;
+  std::deque<connection> ready_;                    ///< RDMA, built on executor_ for the next accept there
+  std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
+  boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)
+  bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;
+};
+
+}  // namespace coverbs::detail
