@@ -5,14 +5,18 @@
 // serves several connections has more operations in flight than that, so every operation would
 // go to malloc. This pool keeps the blocks a connection has used (grouped by size) and hands
 // them out again; it frees them when the connection and the last of its operations are gone.
-// Like the connection itself it is used from one thread at a time (its executor), and so is its
-// count of users: the connection and each block handed out. Allocators are plain pointers:
+// The connection uses it from its executor, but that is not the only thread: Asio frees a
+// socket operation's memory on the thread that completed it, before it hands the handler to
+// the executor, which with a strand on a context run by several threads is another thread than
+// the strand's. So the free lists and the count of users (the connection and each block handed
+// out) are behind a spin lock, uncontended but for those frees. Allocators are plain pointers:
 // Asio copies an operation's allocator many times per operation, and counting the copies (an
 // atomic shared_ptr at first, then a plain count) cost more than the pool saves. An allocator
 // allocates only while its connection or an operation allocated from it holds the pool.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <boost/smart_ptr/intrusive_ptr.hpp>
 #include <cstddef>
 #include <new>
@@ -34,17 +38,25 @@ class operation_memory {
 
   void* allocate(std::size_t size) {
     const std::size_t c = size_class(size);
-    void* p = nullptr;
     if (c == classes) {
-      p = ::operator new (size, std::align_val_t{alignment});
-    } else if (block* b = free_[c]) {
-      free_[c] = b->next;
-      p = b;
-    } else {
-      p = ::operator new (class_size(c), std::align_val_t{alignment});
+      void* p = ::operator new (size, std::align_val_t{alignment});
+      add_user();
+      return p;
     }
-    ++users_;
-    return p;
+    block* b = nullptr;
+    {
+      const guard g(*this);
+      b = free_[c];
+      if (b != nullptr) free_[c] = b->next;
+      ++users_;
+    }
+    if (b != nullptr) return b;
+    try {
+      return ::operator new (class_size(c), std::align_val_t{alignment});
+    } catch (...) {
+      remove_user();
+      throw;
+    }
   }
 
   /// The last user gone (the connection, then this block), the pool goes too.
@@ -52,10 +64,15 @@ class operation_memory {
     const std::size_t c = size_class(size);
     if (c == classes) {
       ::operator delete (p, std::align_val_t{alignment});
-    } else {
-      free_[c] = ::new (p) block{free_[c]};
+      return remove_user();
     }
-    if (--users_ == 0) destroy(this);
+    bool last = false;
+    {
+      const guard g(*this);
+      free_[c] = ::new (p) block{free_[c]};
+      last = --users_ == 0;
+    }
+    if (last) destroy(this);
   }
 
  private:
@@ -71,13 +88,42 @@ class operation_memory {
     return c;
   }
 
+  // Held for a few instructions, so spinning beats sleeping.
+  class guard {
+   public:
+    explicit guard(operation_memory& m) noexcept : lock_(m.lock_) {
+      while (lock_.test_and_set(std::memory_order_acquire)) {
+        while (lock_.test(std::memory_order_relaxed)) {
+        }
+      }
+    }
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+    ~guard() { lock_.clear(std::memory_order_release); }
+
+   private:
+    std::atomic_flag& lock_;
+  };
+
+  void add_user() noexcept {
+    const guard g(*this);
+    ++users_;
+  }
+  void remove_user() noexcept {
+    bool last = false;
+    {
+      const guard g(*this);
+      last = --users_ == 0;
+    }
+    if (last) destroy(this);
+  }
+
+  std::atomic_flag lock_;
   std::array<block*, classes> free_{};
   std::size_t users_ = 0;  ///< the connection's handle and every block handed out
 
-  friend void intrusive_ptr_add_ref(operation_memory* m) noexcept { ++m->users_; }
-  friend void intrusive_ptr_release(operation_memory* m) noexcept {
-    if (--m->users_ == 0) destroy(m);
-  }
+  friend void intrusive_ptr_add_ref(operation_memory* m) noexcept { m->add_user(); }
+  friend void intrusive_ptr_release(operation_memory* m) noexcept { m->remove_user(); }
   // Out of line: inlined, g++ 12 sees two releases in a row and warns that the second may
   // touch the pool the first deleted (it cannot know the count stays above zero).
   [[gnu::noinline]] static void destroy(operation_memory* m) noexcept { delete m; }

@@ -1,0 +1,12 @@
+// A multi-threaded server over RDMA: strands per connection (test/threaded_server_tests.hpp).
+#include <boost/test/unit_test.hpp>
+
+#include "threaded_server_tests.hpp"
+
+BOOST_AUTO_TEST_SUITE(rdma_threaded_server)
+
+BOOST_AUTO_TEST_CASE(echo_on_strands) {
+  coverbs::test::threaded_echo_server(coverbs::transport::rdma);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,124 @@
+// A server in the shape of Beast's multi-threaded ones: one io_context run by several
+// threads, the acceptor on a strand, each connection accepted onto a strand of its own.
+// Connections on different strands run at once on different threads, so a connection whose
+// internals ran anywhere but its socket's strand would race (ThreadSanitizer runs this in CI).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coverbs/acceptor.hpp"
+#include "test_address.hpp"
+
+namespace coverbs::test {
+
+namespace threaded_server_detail {
+
+namespace asio = boost::asio;
+using strand_type = asio::strand<asio::io_context::executor_type>;
+
+inline bool in_own_strand(socket& s) {
+  const auto* strand = s.get_executor().target<strand_type>();
+  return strand != nullptr && strand->running_in_this_thread();
+}
+
+// Echoes until the client's end of stream; counts each step that ran outside its strand.
+inline asio::awaitable<void> echo_session(socket s, std::atomic<int>& off_strand) {
+  std::vector<char> buffer(16 * 1024);
+  for (;;) {
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
+    if (!in_own_strand(s)) ++off_strand;
+    if (ec) break;
+    co_await asio::async_write(s, asio::buffer(buffer.data(), n), asio::use_awaitable);
+    if (!in_own_strand(s)) ++off_strand;
+  }
+  s.close();
+}
+
+inline asio::awaitable<void> accept_loop(acceptor& listener, asio::io_context& io, int connections,
+                                         std::atomic<int>& off_strand) {
+  for (int i = 0; i < connections; ++i) {
+    socket s = co_await listener.async_accept(asio::make_strand(io), asio::use_awaitable);
+    const auto ex = s.get_executor();
+    asio::co_spawn(ex, echo_session(std::move(s), off_strand), asio::detached);
+  }
+}
+
+inline asio::awaitable<void> write_in_pieces(socket& s, const std::string& data) {
+  for (std::size_t at = 0, step = 1; at < data.size(); step = step * 7 % 9001 + 1) {
+    const std::size_t n = std::min(step, data.size() - at);
+    co_await asio::async_write(s, asio::buffer(data.data() + at, n), asio::use_awaitable);
+    at += n;
+  }
+}
+
+// Writes `sent` in pieces of varying size while reading the echo, and returns the echo. Runs on
+// a strand, as the socket and both halves of `&&` do.
+inline asio::awaitable<std::string> client(asio::ip::tcp::endpoint server, socket_options options,
+                                           std::string sent) {
+  using namespace asio::experimental::awaitable_operators;
+  socket s(co_await asio::this_coro::executor, options);
+  co_await s.async_connect(server, asio::use_awaitable);
+  std::string got(sent.size(), '\0');
+  co_await (write_in_pieces(s, sent) && asio::async_read(s, asio::buffer(got), asio::use_awaitable));
+  s.shutdown(asio::socket_base::shutdown_send);
+  co_return got;
+}
+
+}  // namespace threaded_server_detail
+
+/// Eight clients on their own strands echo 256 KiB each through a server on four threads.
+inline void threaded_echo_server(transport kind) {
+  namespace asio = boost::asio;
+  using namespace threaded_server_detail;
+  constexpr int connections = 8, threads = 4;
+  constexpr std::size_t bytes = 256 * 1024;
+  asio::io_context io;
+  const socket_options options{.kind = kind};
+  acceptor listener(asio::make_strand(io), {test_address(), 0}, options);
+  std::atomic<int> off_strand{0};
+  asio::co_spawn(listener.get_executor(), accept_loop(listener, io, connections, off_strand), asio::detached);
+
+  std::vector<std::string> sent(connections);
+  std::vector<std::future<std::string>> replies;
+  for (int c = 0; c < connections; ++c) {
+    for (std::size_t i = 0; i < bytes; ++i) sent[c].push_back(static_cast<char>((i * 131 + c * 7) % 251));
+    replies.push_back(asio::co_spawn(asio::make_strand(io),
+                                     client(listener.local_endpoint(), options, sent[c]), asio::use_future));
+  }
+  std::vector<std::thread> runners;  // bounded: a failure must not hang the test
+  for (int t = 0; t < threads; ++t) runners.emplace_back([&io] { io.run_for(std::chrono::seconds(150)); });
+  bool all_done = true;
+  for (int c = 0; c < connections; ++c) {
+    if (replies[c].wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+      all_done = false;
+      break;
+    }
+    std::string got;
+    BOOST_CHECK_NO_THROW(got = replies[c].get());
+    BOOST_TEST((got == sent[c]), "connection " << c << ": the echo differs");
+  }
+  BOOST_TEST(all_done, "the clients did not finish within 120 s");
+  // The sessions end at the clients' shutdown; an accept still waits if a client failed.
+  asio::post(listener.get_executor(), [&listener] { listener.close(); });
+  if (!all_done) io.stop();
+  for (auto& t : runners) t.join();
+  BOOST_TEST(off_strand.load() == 0);
+}
+
+}  // namespace coverbs::test
