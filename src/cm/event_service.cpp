@@ -49,12 +49,12 @@ bool wait_list::erase(wait_op* op) noexcept {
 }
 
 void state_deleter::operator()(id_state* state) const noexcept {
-  state->service.destroy(state);
+  state->service->destroy(state);
 }
 
 void start_wait(id_state& state, wait_op* op) {
   {
-    std::lock_guard lock(state.service.mutex_);
+    std::lock_guard lock(state.service->mutex_);
     if (state.removed) {
       op->event.type = RDMA_CM_EVENT_DEVICE_REMOVAL;
     } else if ((op->mask & bit(RDMA_CM_EVENT_DISCONNECTED)) != 0 && state.disconnected) {
@@ -64,8 +64,8 @@ void start_wait(id_state& state, wait_op* op) {
                              [&](const event_record& e) { return (op->mask & bit(e.type)) != 0; });
       if (it == state.events.end()) {
         state.waiters.push(op);
-        ++state.service.waiting_;
-        state.service.arm();
+        ++state.service->waiting_;
+        state.service->arm();
         return;
       }
       op->event = std::move(*it);
@@ -75,12 +75,16 @@ void start_wait(id_state& state, wait_op* op) {
   op->complete(op, true);
 }
 
+std::unique_lock<std::mutex> lock_calls(id_state& state) {
+  return std::unique_lock<std::mutex>(state.service->mutex_);
+}
+
 void cancel_wait(id_state& state, wait_op* op) noexcept {
   {
-    std::lock_guard lock(state.service.mutex_);
+    std::lock_guard lock(state.service->mutex_);
     if (!state.waiters.erase(op)) return;  // already completing
-    --state.service.waiting_;
-    state.service.stop_if_idle();
+    --state.service->waiting_;
+    state.service->stop_if_idle();
   }
   op->ec = boost::asio::error::operation_aborted;
   op->complete(op, true);
@@ -128,12 +132,29 @@ void event_service::shutdown() {
 detail::state_ptr event_service::create(const boost::asio::any_io_executor& executor) {
   std::unique_ptr<detail::id_state> state(new detail::id_state(*this, executor));
   std::lock_guard lock(mutex_);
-  if (!descriptor_ && !shut_down_) descriptor_.emplace(executor, channel_->fd);
+  watch_with(executor);
   if (rdma_create_id(channel_, &state->cm, state.get(), RDMA_PS_TCP) != 0) {
     coverbs::detail::throw_errno("rdma_create_id");
   }
   states_.insert(state.get());
   return detail::state_ptr(state.release());
+}
+
+void event_service::watch_with(const boost::asio::any_io_executor& executor) {
+  if (!descriptor_ && !shut_down_) descriptor_.emplace(executor, channel_->fd);
+}
+
+void event_service::adopt(detail::id_state& state, const boost::asio::any_io_executor& executor) {
+  event_service& from = *state.service;
+  if (&from == this) return;
+  // Both locks: neither event loop holds an unacknowledged event of the id (rdma_migrate_id
+  // waits for those), and the kernel moves the ones not yet read to this channel.
+  std::scoped_lock lock(from.mutex_, mutex_);
+  if (rdma_migrate_id(state.cm, channel_) != 0) coverbs::detail::throw_errno("rdma_migrate_id");
+  from.states_.erase(&state);
+  states_.insert(&state);
+  state.service = this;
+  watch_with(executor);
 }
 
 const verbs::device& event_service::device_of(ibv_context* context) {

@@ -104,9 +104,13 @@ id::id(const executor_type& executor)
                  .create(executor)),
       executor_(executor) {}
 
-id::id(id&& other, const executor_type& executor) noexcept
-    : state_(std::move(other.state_)), executor_(executor) {
-  if (state_) state_->executor = executor;  // what its waits default to
+id::id(id&& other, const executor_type& executor) : state_(std::move(other.state_)), executor_(executor) {
+  if (!state_) return;
+  state_->executor = executor;  // what its waits default to
+  // Another context's: its events go through that context's channel from now on.
+  auto& target =
+      boost::asio::use_service<event_service>(boost::asio::query(executor, boost::asio::execution::context));
+  target.adopt(*state_, executor);
 }
 
 rdma_cm_id* id::native_handle() const noexcept {
@@ -118,7 +122,7 @@ const verbs::device& id::device() const {
     throw std::system_error(make_error_code(errc::no_device),
                             "cm::id has no device yet: resolve an address or bind to one first");
   }
-  return state_->service.device_of(state_->cm->verbs);
+  return state_->service->device_of(state_->cm->verbs);
 }
 
 void id::bind(const boost::asio::ip::tcp::endpoint& local) {
@@ -213,6 +217,7 @@ void id::reject(std::span<const std::byte> private_data, error_code& ec) noexcep
 id::step id::resolve_steps::start(detail::id_state& s) {
   auto destination = remote;
   const int ms = static_cast<int>(std::clamp<std::int64_t>(timeout.count(), 1, INT_MAX));
+  const auto lock = detail::lock_calls(s);
   if (rdma_resolve_addr(s.cm, nullptr, destination.data(), ms) != 0) return {errno_code()};
   return {
       {},
@@ -223,6 +228,7 @@ id::step id::resolve_steps::next(detail::id_state& s, detail::event_record& e) {
   if (!route && e.type == RDMA_CM_EVENT_ADDR_RESOLVED) {
     route = true;
     const int ms = static_cast<int>(std::clamp<std::int64_t>(timeout.count(), 1, INT_MAX));
+    const auto lock = detail::lock_calls(s);
     if (rdma_resolve_route(s.cm, ms) != 0) return {errno_code()};
     return {{},
             bit(RDMA_CM_EVENT_ROUTE_RESOLVED) | bit(RDMA_CM_EVENT_ROUTE_ERROR) |
@@ -246,6 +252,7 @@ id::step id::connect_steps::start(detail::id_state& s) {
     param.responder_resources = static_cast<std::uint8_t>(std::min(attr.max_qp_rd_atom, 255));
     param.initiator_depth = static_cast<std::uint8_t>(std::min(attr.max_qp_init_rd_atom, 255));
   }
+  const auto lock = detail::lock_calls(s);
   if (rdma_connect(s.cm, &param) != 0) return {errno_code()};
   return {{}, connect_events};
 }
@@ -258,6 +265,7 @@ id::step id::connect_steps::next(detail::id_state& s, detail::event_record& e) {
   if (e.type == RDMA_CM_EVENT_CONNECT_RESPONSE) {
     // Only without a QP: librdmacm leaves the RTU to us then.
     s.peer_data = std::move(e.private_data);
+    const auto lock = detail::lock_calls(s);
     return {rdma_establish(s.cm) != 0 ? errno_code() : error_code()};
   }
   return {connection_failure(s, e)};
@@ -270,6 +278,7 @@ id::step id::accept_steps::start(detail::id_state& s) {
   auto param = conn_param(bytes.data(), size);
   param.responder_resources = RDMA_MAX_RESP_RES;
   param.initiator_depth = RDMA_MAX_INIT_DEPTH;
+  const auto lock = detail::lock_calls(s);
   if (rdma_accept(s.cm, &param) != 0) return {errno_code()};
   return {{}, connect_events};
 }

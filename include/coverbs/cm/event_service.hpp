@@ -80,8 +80,8 @@ struct wait_list {
 
 /// One rdma_cm_id and what its waits share with the event loop.
 struct id_state {
-  id_state(event_service& svc, const boost::asio::any_io_executor& ex) : service(svc), executor(ex) {}
-  event_service& service;
+  id_state(event_service& svc, const boost::asio::any_io_executor& ex) : service(&svc), executor(ex) {}
+  event_service* service;  ///< changes only when its owner moves it (no waits pending)
   boost::asio::any_io_executor executor;
   rdma_cm_id* cm = nullptr;
   // Guarded by the service's mutex: the event loop writes these.
@@ -100,6 +100,10 @@ struct id_state {
 
 /// Completes `op` with the first matching event of `state`, queued or yet to come.
 void start_wait(id_state& state, wait_op* op);
+/// Held while the id's owner calls into rdma_cm (resolve, connect, accept): librdmacm writes
+/// the rdma_cm_id's fields there and in rdma_get_cm_event on the event loop's thread, in an
+/// order that only the kernel keeps, which ThreadSanitizer cannot see. Connection set-up only.
+std::unique_lock<std::mutex> lock_calls(id_state& state);
 /// Withdraws `op` if it still waits, completing it with `operation_aborted`.
 void cancel_wait(id_state& state, wait_op* op) noexcept;
 
@@ -191,6 +195,9 @@ class event_service : public boost::asio::execution_context::service {
   /// Internal: a new rdma_cm_id (RDMA_PS_TCP) on this channel, whose waits complete on
   /// `executor` by default. Throws std::system_error.
   detail::state_ptr create(const boost::asio::any_io_executor& executor);
+  /// Internal: moves an id with no waits pending from its service to this one (rdma_migrate_id
+  /// to this channel), for an id handed to another execution context. Throws std::system_error.
+  void adopt(detail::id_state& state, const boost::asio::any_io_executor& executor);
   /// The device object for rdma_cm's `context`. It lives as long as this service, so a
   /// completion service or protection domain made from it may outlive every id.
   const verbs::device& device_of(ibv_context* context);
@@ -198,12 +205,14 @@ class event_service : public boost::asio::execution_context::service {
  private:
   friend struct detail::state_deleter;
   friend void detail::start_wait(detail::id_state&, detail::wait_op*);
+  friend std::unique_lock<std::mutex> detail::lock_calls(detail::id_state&);
   friend void detail::cancel_wait(detail::id_state&, detail::wait_op*) noexcept;
 
   void shutdown() override;
   void destroy(detail::id_state* state) noexcept;
   void release(detail::id_state* state) noexcept;
   void arm();
+  void watch_with(const boost::asio::any_io_executor& executor);  // mutex held
   void stop_if_idle() noexcept;
   void on_readable(const boost::system::error_code& ec);
   void drain(detail::wait_list& done);

@@ -45,9 +45,11 @@ class id {
   id(id&&) noexcept = default;
   id& operator=(id&&) noexcept = default;
   /// Takes `other`'s rdma_cm_id, its operations completing on `executor` by default from now
-  /// on (of the same execution context; no operation may be pending), e.g. a request id
-  /// handed to the strand that will serve its connection.
-  id(id&& other, const executor_type& executor) noexcept;
+  /// on (no operation may be pending), e.g. a request id handed to the strand or the
+  /// execution context that will serve its connection. An id moved to another context gets
+  /// its events through that context's event channel (rdma_migrate_id). Throws
+  /// std::system_error if that fails; the id is then destroyed (a request so refused).
+  id(id&& other, const executor_type& executor);
 
   /// The executor on which operations complete by default.
   executor_type get_executor() const noexcept { return executor_; }
