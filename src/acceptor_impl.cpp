@@ -1,5 +1,6 @@
 #include "acceptor_impl.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -13,6 +14,13 @@
 namespace coverbs::detail {
 
 namespace asio = boost::asio;
+
+namespace {
+// How long an accept onto another executor waits for its client's handshake: well past a
+// round trip and rdma_cm's first resend of its reply (about 4 s), well short of its giving up
+// (about a minute), which would hold up every accept behind it until then.
+constexpr std::chrono::seconds handshake_limit{10};
+}  // namespace
 
 acceptor_impl::acceptor_impl(const asio::any_io_executor& ex, const socket_options& options)
     : handler_holder(ex),
@@ -88,6 +96,7 @@ void acceptor_impl::cancel() {
   for (auto& h : handshakes_) {
     if (!h.taker || h.abandoned) continue;
     h.abandoned = true;
+    h.deadline->cancel();  // or it would keep io_context::run going
     fail(std::move(h.taker->handler), asio::error::operation_aborted);
   }
 }
@@ -159,16 +168,18 @@ void acceptor_impl::fail(accept_handler handler, error_code ec) {
 // Pairs waiting accepts with connections, each in order; an accept on the acceptor's executor
 // takes a ready one first.
 void acceptor_impl::serve() {
-  while (!waiters_.empty()) {
-    if (!ready_.empty() && on_own_executor(waiters_.front())) {
-      waiter w = std::move(waiters_.front());
-      waiters_.pop_front();
-      connection c = std::move(ready_.front());
-      ready_.pop_front();
-      std::move(w.handler)(error_code(), std::move(c));
-      continue;
-    }
-    if (arrived_.empty()) break;
+  // Connections built here go to accepts on this executor, wherever they wait in the queue.
+  while (!ready_.empty()) {
+    const auto own = std::find_if(waiters_.begin(), waiters_.end(),
+                                  [this](const waiter& w) { return on_own_executor(w); });
+    if (own == waiters_.end()) break;
+    waiter w = std::move(*own);
+    waiters_.erase(own);
+    connection c = std::move(ready_.front());
+    ready_.pop_front();
+    std::move(w.handler)(error_code(), std::move(c));
+  }
+  while (!waiters_.empty() && !arrived_.empty()) {
     arrival a = std::move(arrived_.front());
     arrived_.pop_front();
     if (auto* request = std::get_if<rdma_arrival>(&a); request && on_own_executor(waiters_.front())) {
@@ -247,10 +258,19 @@ void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
   // Back through the acceptor's executor, queued: dispatched from the socket's strand, the
   // accept's handler would run inside it.
   asio::dispatch(w.executor, [self = shared_from_this(), socket = std::move(socket),
-                              place = std::move(a.place), local, remote, h = std::move(w.handler)]() mutable {
-    auto stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
-    stream->keep_until_closed(std::move(place));
-    stream->start();
+                              place = std::move(a.place), local, remote, h = std::move(w.handler),
+                              ex = w.executor]() mutable {
+    std::shared_ptr<tcp_stream> stream;
+    try {
+      stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
+      stream->keep_until_closed(std::move(place));
+      stream->start();
+    } catch (const std::exception&) {  // the connection is dropped; the accept waits on
+      return asio::post(self->executor_, [self, h = std::move(h), ex]() mutable {
+        self->waiters_.push_front({std::move(h), ex});
+        self->serve();
+      });
+    }
     asio::post(self->executor_,
                [h = std::move(h), c = connection{stream, local, remote, transport::tcp}]() mutable {
                  std::move(h)(error_code(), std::move(c));
@@ -290,7 +310,15 @@ void acceptor_impl::request_arrived(cm::id request) {
 // before the result comes back here (queued, as for TCP).
 void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
   const auto ex = taker ? taker->executor : executor_;
-  const auto at = handshakes_.insert(handshakes_.end(), handshake{std::move(taker)});
+  const bool limited = taker.has_value();
+  const auto at = handshakes_.insert(handshakes_.end(),
+                                     handshake{std::move(taker), ++handshakes_started_, std::nullopt, false});
+  if (limited) {
+    at->deadline.emplace(executor_, handshake_limit);
+    at->deadline->async_wait([self = shared_from_this(), number = at->number](error_code ec) {
+      if (!ec) self->handshake_expired(number);
+    });
+  }
   asio::dispatch(ex, [self = shared_from_this(), at, ex, a = std::move(a)]() mutable {
     const auto report = [self, at](error_code ec, std::shared_ptr<rdma_stream> stream, connection c) {
       asio::post(self->executor_, [self, at, ec, stream = std::move(stream), c = std::move(c)]() mutable {
@@ -300,18 +328,29 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
     std::shared_ptr<rdma_stream> stream;
     try {
       stream = make_rdma_stream(cm::id(std::move(a.request), ex), self->options_);
+      stream->keep_until_closed(std::move(a.place));
+      auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+      res.id.async_accept(encode_handshake(local_geometry(self->options_)),
+                          [report, stream, peer = a.peer](error_code ec) {
+                            connection c{};
+                            if (!ec) c = finish_rdma_connection(stream, peer);
+                            report(ec, stream, std::move(c));
+                          });
     } catch (const std::exception&) {  // the id is gone with its resources: rejected
-      return report(asio::error::no_memory, nullptr, {});
+      report(asio::error::no_memory, stream, {});
     }
-    stream->keep_until_closed(std::move(a.place));
-    auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
-    res.id.async_accept(encode_handshake(local_geometry(self->options_)),
-                        [report, stream, peer = a.peer](error_code ec) {
-                          connection c{};
-                          if (!ec) c = finish_rdma_connection(stream, peer);
-                          report(ec, stream, std::move(c));
-                        });
   });
+}
+
+// A client that stopped half-way: its accept takes the next one; the connection, if it ever
+// completes, is dropped (handshake_done).
+void acceptor_impl::handshake_expired(std::uint64_t number) {
+  const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
+                               [number](const handshake& h) { return h.number == number; });
+  if (at == handshakes_.end() || at->abandoned || !at->taker) return;
+  at->abandoned = true;
+  waiters_.push_front(std::move(*at->taker));
+  serve();
 }
 
 void acceptor_impl::handshake_done(handshake_list::iterator at, error_code ec,

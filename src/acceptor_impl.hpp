@@ -3,6 +3,8 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
 #include <deque>
 #include <list>
 #include <memory>
@@ -28,7 +30,8 @@ namespace coverbs::detail {
 ///   executor, so that several handshakes overlap and a client that never completes one
 ///   holds up nobody; the connection goes to the first such accept;
 /// - for an accept onto another executor, for that accept alone, built on its executor;
-///   while the handshake lasts, the accept waits for it.
+///   while the handshake lasts, the accept waits for it, for `handshake_limit` at most: a
+///   client that stops half-way is then dropped and the accept takes the next one.
 /// Everything here runs on the acceptor's executor, except the building, which runs on the
 /// socket's and reports back.
 class acceptor_impl : public handler_holder, public std::enable_shared_from_this<acceptor_impl> {
@@ -74,7 +77,9 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   /// acceptor's executor.
   struct handshake {
     std::optional<waiter> taker;
-    bool abandoned = false;  ///< its accept was cancelled: drop the connection
+    std::uint64_t number = 0;  ///< names it to its deadline, which may fire after it is gone
+    std::optional<boost::asio::steady_timer> deadline;  ///< for a taker only
+    bool abandoned = false;  ///< its accept was cancelled, or it took too long: drop the connection
   };
   using handshake_list = std::list<handshake>;
 
@@ -95,6 +100,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void handshake_done(handshake_list::iterator at, error_code ec, const std::shared_ptr<rdma_stream>& stream,
                       connection c);
   void ready(connection c);
+  void handshake_expired(std::uint64_t number);
 
   boost::asio::any_io_executor executor_;
   socket_options options_;
@@ -102,6 +108,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   std::deque<arrival> arrived_;
   handshake_list handshakes_;
   std::deque<connection> ready_;                    ///< RDMA, built on executor_ for the next accept there
+  std::uint64_t handshakes_started_ = 0;
   std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
   boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)
   bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;

@@ -1,13 +1,15 @@
-// A server in the shape of Beast's multi-threaded ones: one io_context run by several
-// threads, the acceptor on a strand, each connection accepted onto a strand of its own.
-// Connections on different strands run at once on different threads, so a connection whose
-// internals ran anywhere but its socket's strand would race (ThreadSanitizer runs this in CI).
+// Servers on several threads, in the two shapes Asio programs use: one io_context run by
+// several threads, the acceptor on a strand and each connection accepted onto a strand of its
+// own (Beast's servers); and one io_context per thread, connections accepted onto the workers'
+// contexts in turn. Connections run at once on different threads, so a connection whose
+// internals ran anywhere but its socket's executor would race (ThreadSanitizer runs this in CI).
 #pragma once
 
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
@@ -17,7 +19,9 @@
 #include <boost/asio/write.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
+#include <functional>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,28 +36,31 @@ namespace threaded_server_detail {
 namespace asio = boost::asio;
 using strand_type = asio::strand<asio::io_context::executor_type>;
 
-inline bool in_own_strand(socket& s) {
-  const auto* strand = s.get_executor().target<strand_type>();
-  return strand != nullptr && strand->running_in_this_thread();
+inline bool on_own_executor(socket& s) {
+  if (const auto* strand = s.get_executor().target<strand_type>()) return strand->running_in_this_thread();
+  const auto* io = s.get_executor().target<asio::io_context::executor_type>();
+  return io != nullptr && io->running_in_this_thread();
 }
 
-// Echoes until the client's end of stream; counts each step that ran outside its strand.
+// Echoes until the client's end of stream; counts each step that ran off the socket's executor.
 inline asio::awaitable<void> echo_session(socket s, std::atomic<int>& off_strand) {
   std::vector<char> buffer(16 * 1024);
   for (;;) {
     auto [ec, n] = co_await s.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
-    if (!in_own_strand(s)) ++off_strand;
+    if (!on_own_executor(s)) ++off_strand;
     if (ec) break;
     co_await asio::async_write(s, asio::buffer(buffer.data(), n), asio::use_awaitable);
-    if (!in_own_strand(s)) ++off_strand;
+    if (!on_own_executor(s)) ++off_strand;
   }
   s.close();
 }
 
-inline asio::awaitable<void> accept_loop(acceptor& listener, asio::io_context& io, int connections,
-                                         std::atomic<int>& off_strand) {
+// Accepts `connections`, the i-th onto `executor_for(i)`, each served by echo_session.
+template <class ExecutorFor>
+asio::awaitable<void> accept_loop(acceptor& listener, int connections, ExecutorFor executor_for,
+                                  std::atomic<int>& off_strand) {
   for (int i = 0; i < connections; ++i) {
-    socket s = co_await listener.async_accept(asio::make_strand(io), asio::use_awaitable);
+    socket s = co_await listener.async_accept(executor_for(i), asio::use_awaitable);
     const auto ex = s.get_executor();
     asio::co_spawn(ex, echo_session(std::move(s), off_strand), asio::detached);
   }
@@ -80,29 +87,22 @@ inline asio::awaitable<std::string> client(asio::ip::tcp::endpoint server, socke
   co_return got;
 }
 
-}  // namespace threaded_server_detail
+constexpr int connections = 8;
 
-/// Eight clients on their own strands echo 256 KiB each through a server on four threads.
-inline void threaded_echo_server(transport kind) {
-  namespace asio = boost::asio;
-  using namespace threaded_server_detail;
-  constexpr int connections = 8, threads = 4;
+// Runs `connections` clients (each on a strand of `client_io`, 256 KiB each) against `server`,
+// with `runners` running the contexts; checks every echo, then closes `listener`. Bounded: a
+// failure must not hang the test.
+inline void run_clients(asio::io_context& client_io, acceptor& listener, const socket_options& options,
+                        std::vector<std::thread>& runners, const std::function<void()>& release) {
   constexpr std::size_t bytes = 256 * 1024;
-  asio::io_context io;
-  const socket_options options{.kind = kind};
-  acceptor listener(asio::make_strand(io), {test_address(), 0}, options);
-  std::atomic<int> off_strand{0};
-  asio::co_spawn(listener.get_executor(), accept_loop(listener, io, connections, off_strand), asio::detached);
-
   std::vector<std::string> sent(connections);
   std::vector<std::future<std::string>> replies;
   for (int c = 0; c < connections; ++c) {
     for (std::size_t i = 0; i < bytes; ++i) sent[c].push_back(static_cast<char>((i * 131 + c * 7) % 251));
-    replies.push_back(asio::co_spawn(asio::make_strand(io),
+    replies.push_back(asio::co_spawn(asio::make_strand(client_io),
                                      client(listener.local_endpoint(), options, sent[c]), asio::use_future));
   }
-  std::vector<std::thread> runners;  // bounded: a failure must not hang the test
-  for (int t = 0; t < threads; ++t) runners.emplace_back([&io] { io.run_for(std::chrono::seconds(150)); });
+  runners.emplace_back([&client_io] { client_io.run_for(std::chrono::seconds(150)); });
   bool all_done = true;
   for (int c = 0; c < connections; ++c) {
     if (replies[c].wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
@@ -116,8 +116,53 @@ inline void threaded_echo_server(transport kind) {
   BOOST_TEST(all_done, "the clients did not finish within 120 s");
   // The sessions end at the clients' shutdown; an accept still waits if a client failed.
   asio::post(listener.get_executor(), [&listener] { listener.close(); });
-  if (!all_done) io.stop();
+  release();
+  if (!all_done) client_io.stop();
   for (auto& t : runners) t.join();
+}
+
+}  // namespace threaded_server_detail
+
+/// One io_context on four threads: the acceptor on a strand, each connection onto its own.
+inline void threaded_echo_server(transport kind) {
+  using namespace threaded_server_detail;
+  asio::io_context io;
+  const socket_options options{.kind = kind};
+  acceptor listener(asio::make_strand(io), {test_address(), 0}, options);
+  std::atomic<int> off_strand{0};
+  asio::co_spawn(listener.get_executor(),
+                 accept_loop(
+                     listener, connections, [&io](int) { return asio::make_strand(io); }, off_strand),
+                 asio::detached);
+  std::vector<std::thread> runners;
+  for (int t = 0; t < 3; ++t) runners.emplace_back([&io] { io.run_for(std::chrono::seconds(150)); });
+  run_clients(io, listener, options, runners, [] {});
+  BOOST_TEST(off_strand.load() == 0);
+}
+
+/// One io_context per thread: the acceptor on one, connections onto three others in turn.
+inline void context_per_thread_echo_server(transport kind) {
+  using namespace threaded_server_detail;
+  constexpr int workers = 3;
+  asio::io_context accept_io, client_io;
+  std::vector<std::unique_ptr<asio::io_context>> worker_io;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> idle;  // until the end
+  for (int w = 0; w < workers; ++w) {
+    worker_io.push_back(std::make_unique<asio::io_context>());
+    idle.push_back(asio::make_work_guard(*worker_io.back()));
+  }
+  const socket_options options{.kind = kind};
+  acceptor listener(accept_io, {test_address(), 0}, options);
+  std::atomic<int> off_strand{0};
+  asio::co_spawn(
+      accept_io,
+      accept_loop(
+          listener, connections, [&](int i) { return worker_io[i % workers]->get_executor(); }, off_strand),
+      asio::detached);
+  std::vector<std::thread> runners;
+  runners.emplace_back([&accept_io] { accept_io.run_for(std::chrono::seconds(150)); });
+  for (auto& w : worker_io) runners.emplace_back([&w] { w->run_for(std::chrono::seconds(150)); });
+  run_clients(client_io, listener, options, runners, [&] { idle.clear(); });
   BOOST_TEST(off_strand.load() == 0);
 }
 

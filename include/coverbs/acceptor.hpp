@@ -23,12 +23,6 @@ template <class T>
 constexpr bool is_io_executor = (boost::asio::execution::is_executor<T>::value ||
                                  boost::asio::is_executor<T>::value) &&
                                 std::is_convertible_v<T, boost::asio::any_io_executor>;
-/// Whether two executors submit to the same execution context (false if either is empty).
-inline bool same_context(const boost::asio::any_io_executor& a, const boost::asio::any_io_executor& b) {
-  return a && b &&
-         &boost::asio::query(a, boost::asio::execution::context) ==
-             &boost::asio::query(b, boost::asio::execution::context);
-}
 // An execution context and a bool: the arguments of tcp::acceptor's reuse_address constructor.
 template <class ExecutionContext, class Bool>
 constexpr bool context_and_flag =
@@ -153,12 +147,12 @@ class acceptor : public boost::asio::socket_base {
     return initiate_accept<void(error_code, socket)>(executor_, new_socket{options_},
                                                      std::forward<CompletionToken>(token));
   }
-  /// As above, the socket's executor being `executor`, e.g. a strand (Beast's servers accept
-  /// with `make_strand(io)`); the handler runs on the acceptor's, as with `tcp::acceptor`. The
-  /// connection's own work (its completions, its TCP reads) runs there too, so a context run
-  /// by several threads serves each connection on its strand. The executor must belong to
-  /// the acceptor's execution context, whose completion services and rdma_cm events carry the
-  /// connection: another context's gets `operation_not_supported`.
+  /// As above, the socket's executor being `executor`: a strand (Beast's servers accept with
+  /// `make_strand(io)`), or another `io_context`'s (one context per thread). The handler runs
+  /// on the acceptor's, as with `tcp::acceptor`. The connection's own work (its completions,
+  /// its TCP reads, its rdma_cm events) runs on `executor` too, so use the socket from there:
+  /// dispatch to `socket.get_executor()` first, as Beast's sessions do. The acceptor's
+  /// context must outlive accepts in progress.
   template <class Executor, class CompletionToken = detail::default_socket_token,
             std::enable_if_t<detail::is_io_executor<Executor>, int> = 0>
   auto async_accept(const Executor& executor, CompletionToken&& token = detail::default_socket_token()) {
@@ -171,8 +165,8 @@ class acceptor : public boost::asio::socket_base {
   auto async_accept(ExecutionContext& context, CompletionToken&& token = detail::default_socket_token()) {
     return async_accept(context.get_executor(), std::forward<CompletionToken>(token));
   }
-  /// The next connection into `peer`, on `peer`'s executor (of this acceptor's context, as
-  /// above): `void(error_code)`. `peer` is closed first.
+  /// The next connection into `peer`, on `peer`'s executor (as above): `void(error_code)`.
+  /// `peer` is closed first.
   template <class CompletionToken = detail::default_socket_token>
   auto async_accept(socket& peer, CompletionToken&& token = detail::default_socket_token()) {
     return initiate_accept<void(error_code)>(peer.get_executor(), into_peer{&peer, nullptr},
@@ -224,12 +218,6 @@ class acceptor : public boost::asio::socket_base {
             auto hex = boost::asio::get_associated_executor(h, ex);
             boost::asio::dispatch(hex, deliver(std::move(h), socket_executor, ec, std::move(c)));
           };
-          if (!detail::same_context(socket_executor, self->executor_)) {
-            return boost::asio::post(
-                self->executor_,
-                boost::asio::append(std::move(done), boost::asio::error::operation_not_supported,
-                                    detail::connection{}));
-          }
           self->start_accept(detail::accept_handler(std::move(done)), socket_executor);
         },
         token, this, socket_executor, std::move(deliver));

@@ -7,6 +7,7 @@
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
 #include "socket_tests.hpp"
+#include "stalled_handshake_tests.hpp"
 #include "tls_tests.hpp"
 #include "websocket_tests.hpp"
 
@@ -45,6 +46,9 @@ BOOST_AUTO_TEST_CASE(socket_options) {
 }
 BOOST_AUTO_TEST_CASE(available_bytes) {
   test::available_bytes(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(stalled_handshake_does_not_hold_an_accept) {
+  test::stalled_handshake_does_not_hold_an_accept();
 }
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::rdma);
