@@ -37,8 +37,9 @@ namespace asio = boost::asio;
 using strand_type = asio::strand<asio::io_context::executor_type>;
 
 inline bool on_own_executor(socket& s) {
-  if (const auto* strand = s.get_executor().target<strand_type>()) return strand->running_in_this_thread();
-  const auto* io = s.get_executor().target<asio::io_context::executor_type>();
+  const auto ex = s.get_executor();  // target() points into it: keep it alive
+  if (const auto* strand = ex.target<strand_type>()) return strand->running_in_this_thread();
+  const auto* io = ex.target<asio::io_context::executor_type>();
   return io != nullptr && io->running_in_this_thread();
 }
 
