@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <system_error>
 
 #include <sys/socket.h>
@@ -20,6 +23,20 @@ namespace {
 // round trip and rdma_cm's first resend of its reply (about 4 s), well short of its giving up
 // (about a minute), which would hold up every accept behind it until then.
 constexpr std::chrono::seconds handshake_limit{10};
+
+// The acceptor's executor, counting as work of its context until the result of building a
+// connection elsewhere is back: run() must not return before the accept completes.
+asio::any_io_executor tracked(const asio::any_io_executor& ex) {
+  return asio::prefer(ex, asio::execution::outstanding_work.tracked);
+}
+
+// A connection nobody will take: closed where it runs, its place freed at once.
+void drop(const std::shared_ptr<rdma_stream>& stream) {
+  asio::post(stream->get_executor(), [stream] {
+    stream->close();
+    stream->keep_until_closed(nullptr);
+  });
+}
 }  // namespace
 
 acceptor_impl::acceptor_impl(const asio::any_io_executor& ex, const socket_options& options)
@@ -93,17 +110,22 @@ void acceptor_impl::cancel() {
   auto waiters = std::move(waiters_);
   waiters_.clear();
   for (auto& w : waiters) fail(std::move(w.handler), asio::error::operation_aborted);
-  for (auto& h : handshakes_) {
-    if (!h.taker || h.abandoned) continue;
-    h.abandoned = true;
-    h.deadline->cancel();  // or it would keep io_context::run going
-    fail(std::move(h.taker->handler), asio::error::operation_aborted);
+  for (auto at = handshakes_.begin(); at != handshakes_.end();) {
+    const auto next = std::next(at);
+    if (at->taker) {
+      fail(std::move(at->taker->handler), asio::error::operation_aborted);
+      abandon(at);
+    }
+    at = next;
   }
 }
 
 void acceptor_impl::close() {
   closed_ = true;
   cancel();
+  // Handshakes for the next accept here, too: a client stopped half-way would hold this
+  // context's run() until rdma_cm gave up on it.
+  while (!handshakes_.empty()) abandon(handshakes_.begin());
   // Connections nobody took are refused (or closed), not dropped: their clients would wait.
   for (auto& a : arrived_) {
     error_code ignored;
@@ -128,6 +150,8 @@ void acceptor_impl::destroy_handlers() noexcept {
   waiters_.clear();
   const auto handshakes = std::move(handshakes_);
   handshakes_.clear();
+  // Those on other contexts go on there, and must not report to a context going away.
+  for (const auto& h : handshakes) detach(*h.link);
   const auto arrived = std::move(arrived_);
   arrived_.clear();
   const auto ready = std::move(ready_);
@@ -163,6 +187,14 @@ std::shared_ptr<void> acceptor_impl::admit() {
 
 void acceptor_impl::fail(accept_handler handler, error_code ec) {
   asio::post(executor_, [h = std::move(handler), ec]() mutable { std::move(h)(ec, connection{}); });
+}
+
+// An accept whose connection fell through (the client left, or the stream could not be built)
+// waits for the next one, first in line, unless the acceptor has closed meanwhile.
+void acceptor_impl::requeue(waiter w) {
+  if (closed_) return fail(std::move(w.handler), asio::error::operation_aborted);
+  waiters_.push_front(std::move(w));
+  serve();
 }
 
 // Pairs waiting accepts with connections, each in order; an accept on the acceptor's executor
@@ -251,30 +283,23 @@ void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
   } else if (!ec) {
     socket = std::move(a.socket);
   }
-  if (ec) {  // the client left already: the accept waits for the next one
-    waiters_.push_front(std::move(w));
-    return serve();
-  }
+  if (ec) return requeue(std::move(w));  // the client left already
   // Back through the acceptor's executor, queued: dispatched from the socket's strand, the
   // accept's handler would run inside it.
-  asio::dispatch(w.executor, [self = shared_from_this(), socket = std::move(socket),
-                              place = std::move(a.place), local, remote, h = std::move(w.handler),
-                              ex = w.executor]() mutable {
+  asio::dispatch(w.executor, [self = shared_from_this(), back = tracked(executor_),
+                              socket = std::move(socket), place = std::move(a.place), local, remote,
+                              h = std::move(w.handler), ex = w.executor]() mutable {
     std::shared_ptr<tcp_stream> stream;
     try {
       stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
       stream->keep_until_closed(std::move(place));
       stream->start();
     } catch (const std::exception&) {  // the connection is dropped; the accept waits on
-      return asio::post(self->executor_, [self, h = std::move(h), ex]() mutable {
-        self->waiters_.push_front({std::move(h), ex});
-        self->serve();
-      });
+      return asio::post(back, [self, h = std::move(h), ex]() mutable { self->requeue({std::move(h), ex}); });
     }
-    asio::post(self->executor_,
-               [h = std::move(h), c = connection{stream, local, remote, transport::tcp}]() mutable {
-                 std::move(h)(error_code(), std::move(c));
-               });
+    asio::post(back, [h = std::move(h), c = connection{stream, local, remote, transport::tcp}]() mutable {
+      std::move(h)(error_code(), std::move(c));
+    });
   });
 }
 
@@ -309,70 +334,128 @@ void acceptor_impl::request_arrived(cm::id request) {
 // the request there; the rdma_cm events come there too, where the connection is finished
 // before the result comes back here (queued, as for TCP).
 void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
-  const auto ex = taker ? taker->executor : executor_;
+  const auto where = taker ? taker->executor : executor_;
+  // The id moves to the socket's context here, so that there it touches that context's event
+  // channel alone, whatever becomes of this one.
+  try {
+    a.request = cm::id(std::move(a.request), where);
+  } catch (const std::exception&) {  // the request is refused; the accept waits on
+    if (taker) requeue(std::move(*taker));
+    return;
+  }
+  auto link = std::make_shared<handshake_link>();
+  link->owner = shared_from_this();
+  link->report_to = tracked(executor_);
+  link->where = where;
   const bool limited = taker.has_value();
   const auto at = handshakes_.insert(handshakes_.end(),
-                                     handshake{std::move(taker), ++handshakes_started_, std::nullopt, false});
+                                     handshake{std::move(taker), ++handshakes_started_, std::nullopt, link});
   if (limited) {
     at->deadline.emplace(executor_, handshake_limit);
     at->deadline->async_wait([self = shared_from_this(), number = at->number](error_code ec) {
       if (!ec) self->handshake_expired(number);
     });
   }
-  asio::dispatch(ex, [self = shared_from_this(), at, ex, a = std::move(a)]() mutable {
-    const auto report = [self, at](error_code ec, std::shared_ptr<rdma_stream> stream, connection c) {
-      asio::post(self->executor_, [self, at, ec, stream = std::move(stream), c = std::move(c)]() mutable {
-        self->handshake_done(at, ec, stream, std::move(c));
-      });
-    };
-    std::shared_ptr<rdma_stream> stream;
-    try {
-      stream = make_rdma_stream(cm::id(std::move(a.request), ex), self->options_);
-      stream->keep_until_closed(std::move(a.place));
-      auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
-      res.id.async_accept(encode_handshake(local_geometry(self->options_)),
-                          [report, stream, peer = a.peer](error_code ec) {
-                            connection c{};
-                            if (!ec) c = finish_rdma_connection(stream, peer);
-                            report(ec, stream, std::move(c));
-                          });
-    } catch (const std::exception&) {  // the id is gone with its resources: rejected
-      report(asio::error::no_memory, stream, {});
-    }
+  asio::dispatch(link->where, [link, a = std::move(a), options = options_]() mutable {
+    build(link, std::move(a), options);
   });
 }
 
-// A client that stopped half-way: its accept takes the next one; the connection, if it ever
-// completes, is dropped (handshake_done).
+// On the socket's executor. Under the link's lock, so that an abort comes after the accept
+// was sent or finds the handshake given up on before it began.
+void acceptor_impl::build(const std::shared_ptr<handshake_link>& link, rdma_arrival a,
+                          const socket_options& options) {
+  std::shared_ptr<rdma_stream> stream;
+  std::unique_lock lock(link->mutex);
+  if (!link->owner) {
+    error_code ignored;
+    return a.request.reject({}, ignored);
+  }
+  try {
+    stream = make_rdma_stream(std::move(a.request), options);
+    stream->keep_until_closed(std::move(a.place));
+    auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+    res.id.async_accept(
+        encode_handshake(local_geometry(options)),
+        asio::bind_cancellation_slot(link->abort.slot(), [link, stream, peer = a.peer](error_code ec) {
+          connection c{};
+          if (!ec) c = finish_rdma_connection(stream, peer);
+          report(link, ec, stream, std::move(c));
+        }));
+    link->accepting = true;
+  } catch (const std::exception&) {  // the id is gone with its resources: rejected
+    lock.unlock();
+    report(link, asio::error::no_memory, stream, {});
+  }
+}
+
+// On the socket's executor: the result goes back to the acceptor, unless it gave up on it.
+void acceptor_impl::report(const std::shared_ptr<handshake_link>& link, error_code ec,
+                           std::shared_ptr<rdma_stream> stream, connection c) {
+  std::unique_lock lock(link->mutex);
+  if (!link->owner) {
+    lock.unlock();
+    if (stream) drop(stream);
+    return;
+  }
+  link->reported = true;
+  // Posted under the lock: the acceptor's context, once it gave up on the handshake, may go.
+  auto back = std::move(link->report_to);
+  asio::post(back, [owner = std::move(link->owner), link, ec, stream = std::move(stream),
+                    c = std::move(c)]() mutable { owner->handshake_done(link, ec, stream, std::move(c)); });
+}
+
+// Nothing comes back from a handshake now, unless its result is on its way already (false).
+bool acceptor_impl::detach(handshake_link& link) {
+  std::shared_ptr<acceptor_impl> owner;  // perhaps this: let go of outside the lock
+  asio::any_io_executor back;
+  std::lock_guard lock(link.mutex);
+  if (link.reported) return false;
+  owner = std::move(link.owner);
+  back = std::move(link.report_to);
+  return true;
+}
+
+// Gives up on a handshake and aborts it where it runs, which destroys its id and so rejects
+// the client; a result on its way back finds nothing to go to, and is dropped.
+void acceptor_impl::abandon(handshake_list::iterator at) {
+  const std::shared_ptr<handshake_link> link = at->link;
+  handshakes_.erase(at);
+  bool accepting = false;
+  if (detach(*link)) {
+    std::lock_guard lock(link->mutex);
+    accepting = link->accepting;
+  }
+  if (accepting) asio::post(link->where, [link] { link->abort.emit(asio::cancellation_type::terminal); });
+}
+
+// A client that stopped half-way: it is rejected, and its accept takes the next one. A result
+// already on its way is taken instead.
 void acceptor_impl::handshake_expired(std::uint64_t number) {
   const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
                                [number](const handshake& h) { return h.number == number; });
-  if (at == handshakes_.end() || at->abandoned || !at->taker) return;
-  at->abandoned = true;
-  waiters_.push_front(std::move(*at->taker));
-  serve();
+  if (at == handshakes_.end() || !at->taker || !detach(*at->link)) return;
+  waiter w = std::move(*at->taker);
+  abandon(at);
+  requeue(std::move(w));
 }
 
-void acceptor_impl::handshake_done(handshake_list::iterator at, error_code ec,
+void acceptor_impl::handshake_done(const std::shared_ptr<handshake_link>& link, error_code ec,
                                    const std::shared_ptr<rdma_stream>& stream, connection c) {
-  handshake h = std::move(*at);
+  const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
+                               [&link](const handshake& h) { return h.link == link; });
+  const bool wanted = !ec && at != handshakes_.end() && !closed_;
+  if (!wanted && stream) drop(stream);
+  if (at == handshakes_.end()) return;  // given up on: its accept has completed already
+  std::optional<waiter> taker = std::move(at->taker);
   handshakes_.erase(at);
-  const bool wanted = !ec && !h.abandoned && !closed_;
-  if (!wanted && stream) {
-    // Closed where it runs; its place frees at once.
-    asio::post(stream->get_executor(), [stream] {
-      stream->close();
-      stream->keep_until_closed(nullptr);
-    });
+  if (!taker) {
+    if (wanted) ready(std::move(c));
+  } else if (!wanted) {
+    requeue(std::move(*taker));  // the client left: the accept waits for the next one
+  } else {
+    std::move(taker->handler)(error_code(), std::move(c));
   }
-  if (h.abandoned) return;  // its accept has completed already
-  if (h.taker && closed_) return fail(std::move(h.taker->handler), asio::error::operation_aborted);
-  if (h.taker && !wanted) {  // the client left: the accept waits for the next one
-    waiters_.push_front(std::move(*h.taker));
-    return serve();
-  }
-  if (h.taker) return std::move(h.taker->handler)(error_code(), std::move(c));
-  if (wanted) ready(std::move(c));
 }
 
 void acceptor_impl::ready(connection c) {

@@ -2,12 +2,14 @@
 // that arrived, are being set up, or are ready.
 #pragma once
 
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <deque>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <variant>
 
@@ -31,9 +33,11 @@ namespace coverbs::detail {
 ///   holds up nobody; the connection goes to the first such accept;
 /// - for an accept onto another executor, for that accept alone, built on its executor;
 ///   while the handshake lasts, the accept waits for it, for `handshake_limit` at most: a
-///   client that stops half-way is then dropped and the accept takes the next one.
+///   client that stops half-way is then rejected and the accept takes the next one.
 /// Everything here runs on the acceptor's executor, except the building, which runs on the
-/// socket's and reports back.
+/// socket's and reports back, keeping the acceptor's context from running out of work
+/// meanwhile. A handshake given up on (its accept cancelled or out of time, the acceptor
+/// closed or its context shut down) never reports back: it is aborted where it runs.
 class acceptor_impl : public handler_holder, public std::enable_shared_from_this<acceptor_impl> {
  public:
   acceptor_impl(const boost::asio::any_io_executor& ex, const socket_options& options);
@@ -48,10 +52,11 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   /// Takes the next connection for a socket on `socket_executor`; the handler is never
   /// called from inside this call.
   void accept(accept_handler handler, const boost::asio::any_io_executor& socket_executor);
-  /// Ends the accepts waiting, and those whose handshake is under way (that connection is
-  /// dropped), with operation_aborted.
+  /// Ends the accepts waiting, and those whose handshake is under way (that client is
+  /// rejected), with operation_aborted.
   void cancel();
-  /// As cancel, then refuses the connections nobody took and stops listening.
+  /// As cancel, then aborts the handshakes under way for later accepts, refuses the
+  /// connections nobody took, and stops listening.
   void close();
   void destroy_handlers() noexcept override;
 
@@ -73,19 +78,31 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
     std::shared_ptr<void> place;
   };
   using arrival = std::variant<tcp_arrival, rdma_arrival>;
+  /// What a handshake running on the socket's executor shares with the acceptor, which may
+  /// give up on it meanwhile (from its own executor, hence the lock).
+  struct handshake_link {
+    std::mutex mutex;
+    std::shared_ptr<acceptor_impl> owner;    ///< null once given up on: nothing reports back then
+    boost::asio::any_io_executor report_to;  ///< the acceptor's, keeping its context's work
+    boost::asio::any_io_executor where;      ///< the socket's, where the handshake runs
+    bool accepting = false;                  ///< the accept was sent: `abort` reaches it
+    bool reported = false;                   ///< its result is on its way back
+    boost::asio::cancellation_signal abort;  ///< emitted on `where` only
+  };
   /// An RDMA handshake under way: for `taker` alone, or (none) for the next accept on the
   /// acceptor's executor.
   struct handshake {
     std::optional<waiter> taker;
     std::uint64_t number = 0;  ///< names it to its deadline, which may fire after it is gone
     std::optional<boost::asio::steady_timer> deadline;  ///< for a taker only
-    bool abandoned = false;  ///< its accept was cancelled, or it took too long: drop the connection
+    std::shared_ptr<handshake_link> link;
   };
   using handshake_list = std::list<handshake>;
 
   error_code make_listener(std::optional<cm::id>& listener);
   std::shared_ptr<void> admit();
   void fail(accept_handler handler, error_code ec);
+  void requeue(waiter w);
   bool on_own_executor(const waiter& w) const { return w.executor == executor_; }
 
   void serve();
@@ -97,10 +114,16 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void accept_rdma();
   void request_arrived(cm::id request);
   void answer(std::optional<waiter> taker, rdma_arrival a);
-  void handshake_done(handshake_list::iterator at, error_code ec, const std::shared_ptr<rdma_stream>& stream,
-                      connection c);
+  static void build(const std::shared_ptr<handshake_link>& link, rdma_arrival a,
+                    const socket_options& options);
+  static void report(const std::shared_ptr<handshake_link>& link, error_code ec,
+                     std::shared_ptr<rdma_stream> stream, connection c);
+  void handshake_done(const std::shared_ptr<handshake_link>& link, error_code ec,
+                      const std::shared_ptr<rdma_stream>& stream, connection c);
   void ready(connection c);
   void handshake_expired(std::uint64_t number);
+  static bool detach(handshake_link& link);
+  void abandon(handshake_list::iterator at);
 
   boost::asio::any_io_executor executor_;
   socket_options options_;

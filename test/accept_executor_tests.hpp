@@ -163,4 +163,80 @@ inline void accept_onto_executor(transport kind) {
   }
 }
 
+/// A connection accepted onto another context needs nothing of the acceptor's any more: with
+/// the acceptor and its context gone, it still carries data both ways, ends, and leaves no work
+/// behind on its context (its rdma_cm events come through that context's event channel).
+inline void accepted_connection_outlives_the_acceptors_context(transport kind) {
+  namespace asio = boost::asio;
+  using clock = std::chrono::steady_clock;
+  std::optional<asio::io_context> io(std::in_place);
+  asio::io_context other, client_io;
+  const socket_options options{.kind = kind};
+  std::optional<acceptor> listener(std::in_place, *io, asio::ip::tcp::endpoint(test_address(), 0), options);
+  // Drives the contexts given on this thread, `restarting` one out of work for now; left
+  // stopped, a context had nothing more to do.
+  const auto drive = [](std::initializer_list<asio::io_context*> contexts, const auto& done,
+                        bool restarting = true) {
+    const auto deadline = clock::now() + std::chrono::seconds(20);
+    while (!done() && clock::now() < deadline) {
+      std::size_t ran = 0;
+      for (auto* context : contexts) {
+        if (restarting && context->stopped()) context->restart();
+        ran += context->poll();
+      }
+      if (ran == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return done();
+  };
+
+  std::optional<socket> accepted;
+  error_code accept_ec = asio::error::would_block;
+  listener->async_accept(other, [&](error_code ec, socket s) {
+    accept_ec = ec;
+    if (!ec) accepted.emplace(std::move(s));
+  });
+  socket client(client_io, options);
+  std::optional<error_code> connected;
+  client.async_connect(listener->local_endpoint(), [&](error_code ec) { connected = ec; });
+  BOOST_REQUIRE(
+      drive({&*io, &other, &client_io}, [&] { return accept_ec != asio::error::would_block && connected; }));
+  BOOST_REQUIRE_MESSAGE(!accept_ec, accept_ec.message());
+  BOOST_REQUIRE_MESSAGE(!*connected, connected->message());
+  BOOST_REQUIRE(accepted.has_value());
+  BOOST_TEST((accepted->transport_in_use() == kind));
+  listener->close();
+  io->restart();
+  BOOST_TEST(drive(
+      {&*io}, [&] { return io->stopped(); }, false));
+  listener.reset();
+  io.reset();
+
+  std::string ping(4, '\0'), pong(4, '\0');
+  std::optional<std::size_t> pinged, ponged;
+  asio::async_write(client, asio::buffer("ping", 4), [](error_code, std::size_t) {});
+  asio::async_read(*accepted, asio::buffer(ping), [&](error_code ec, std::size_t n) { pinged = ec ? 0 : n; });
+  asio::async_write(*accepted, asio::buffer("pong", 4), [](error_code, std::size_t) {});
+  asio::async_read(client, asio::buffer(pong), [&](error_code ec, std::size_t n) { ponged = ec ? 0 : n; });
+  BOOST_REQUIRE(drive({&other, &client_io}, [&] { return pinged && ponged; }));
+  BOOST_TEST(*pinged == 4u);
+  BOOST_TEST(ping == "ping");
+  BOOST_TEST(*ponged == 4u);
+  BOOST_TEST(pong == "pong");
+
+  // The client leaves; the server side sees the end, closes, and its context runs dry.
+  client.close();
+  std::optional<error_code> ended;
+  char byte = 0;
+  accepted->async_read_some(asio::buffer(&byte, 1), [&](error_code ec, std::size_t) { ended = ec; });
+  BOOST_REQUIRE(drive({&other, &client_io}, [&] { return ended.has_value(); }));
+  BOOST_TEST((*ended == asio::error::eof), ended->message());
+  accepted->close();
+  other.restart();
+  client_io.restart();
+  drive(
+      {&other, &client_io}, [&] { return other.stopped() && client_io.stopped(); }, false);
+  BOOST_TEST(other.stopped(), "the server side's context still has work");
+  BOOST_TEST(client_io.stopped(), "the client's context still has work");
+}
+
 }  // namespace coverbs::test

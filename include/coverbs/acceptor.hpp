@@ -152,7 +152,9 @@ class acceptor : public boost::asio::socket_base {
   /// on the acceptor's, as with `tcp::acceptor`. The connection's own work (its completions,
   /// its TCP reads, its rdma_cm events) runs on `executor` too, so use the socket from there:
   /// dispatch to `socket.get_executor()` first, as Beast's sessions do. The acceptor's
-  /// context must outlive accepts in progress.
+  /// context has work until the accept completes, so its run() returns only after; destroy
+  /// neither context while an accept onto the other is in progress (stopped, each may hold
+  /// the other's objects in queued handlers, as with Asio's own accept onto another context).
   template <class Executor, class CompletionToken = detail::default_socket_token,
             std::enable_if_t<detail::is_io_executor<Executor>, int> = 0>
   auto async_accept(const Executor& executor, CompletionToken&& token = detail::default_socket_token()) {

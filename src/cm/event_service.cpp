@@ -150,11 +150,15 @@ void event_service::adopt(detail::id_state& state, const boost::asio::any_io_exe
   // Both locks: neither event loop holds an unacknowledged event of the id (rdma_migrate_id
   // waits for those), and the kernel moves the ones not yet read to this channel.
   std::scoped_lock lock(from.mutex_, mutex_);
-  if (rdma_migrate_id(state.cm, channel_) != 0) coverbs::detail::throw_errno("rdma_migrate_id");
-  from.states_.erase(&state);
-  states_.insert(&state);
-  state.service = this;
   watch_with(executor);
+  states_.insert(&state);  // before the move, which cannot be undone, so nothing throws after it
+  if (rdma_migrate_id(state.cm, channel_) != 0) {
+    const int err = errno;
+    states_.erase(&state);
+    coverbs::detail::throw_errno("rdma_migrate_id", err);
+  }
+  from.states_.erase(&state);
+  state.service = this;
 }
 
 const verbs::device& event_service::device_of(ibv_context* context) {

@@ -47,11 +47,25 @@ BOOST_AUTO_TEST_CASE(socket_options) {
 BOOST_AUTO_TEST_CASE(available_bytes) {
   test::available_bytes(transport::rdma);
 }
-BOOST_AUTO_TEST_CASE(stalled_handshake_does_not_hold_an_accept) {
-  test::stalled_handshake_does_not_hold_an_accept();
+BOOST_AUTO_TEST_CASE(stalled_handshake_does_not_hold_an_accept_onto_a_strand) {
+  test::stalled_handshake_does_not_hold_an_accept(test::accept_onto::strand);
+}
+BOOST_AUTO_TEST_CASE(stalled_handshake_does_not_hold_an_accept_onto_another_context) {
+  test::stalled_handshake_does_not_hold_an_accept(test::accept_onto::other_context);
+}
+BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
+  for (const auto where :
+       {test::accept_onto::own_executor, test::accept_onto::strand, test::accept_onto::other_context}) {
+    BOOST_TEST_CONTEXT("accept onto " << static_cast<int>(where)) {
+      test::closing_the_acceptor_aborts_a_stalled_handshake(where);
+    }
+  }
 }
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(accepted_connection_outlives_the_acceptors_context) {
+  test::accepted_connection_outlives_the_acceptors_context(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(default_token_types) {
   test::default_token_types(transport::rdma);

@@ -64,6 +64,9 @@ BOOST_AUTO_TEST_CASE(available_bytes) {
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(accepted_connection_outlives_the_acceptors_context) {
+  test::accepted_connection_outlives_the_acceptors_context(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(default_token_types) {
   test::default_token_types(transport::tcp);
 }
