@@ -226,7 +226,11 @@ void acceptor_impl::serve() {
       answer(std::move(w), std::move(std::get<rdma_arrival>(a)));
     }
   }
-  if (!waiters_.empty()) run_listeners();
+  if (!waiters_.empty()) {
+    run_listeners();
+  } else {
+    stop_listeners();
+  }
 }
 
 void acceptor_impl::arrived(arrival a) {
@@ -246,12 +250,22 @@ void acceptor_impl::run_listeners() {
   if (rdma_ && !rdma_running_) accept_rdma();
 }
 
+// Nobody waits: a listener still armed (for an accept that has been served meanwhile) would
+// keep io_context::run from returning. A connection that comes later waits for the next accept
+// in the kernel's backlog, or rdma_cm's id.
+void acceptor_impl::stop_listeners() {
+  error_code ignored;
+  if (tcp_running_) tcp_->cancel(ignored);
+  if (rdma_running_) stop_rdma_.emit(asio::cancellation_type::terminal);
+}
+
 void acceptor_impl::accept_tcp() {
   tcp_running_ = true;
   tcp_->async_accept([self = shared_from_this()](error_code ec, asio::ip::tcp::socket s) {
     self->tcp_running_ = false;
     if (self->closed_) return;
-    if (ec) {
+    if (ec == asio::error::operation_aborted) {  // stopped: nobody waited
+    } else if (ec) {
       self->listener_failed(ec);
     } else if (auto place = self->admit()) {
       self->arrived(tcp_arrival{std::move(s), std::move(place)});
@@ -305,16 +319,18 @@ void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
 
 void acceptor_impl::accept_rdma() {
   rdma_running_ = true;
-  rdma_->async_get_request([self = shared_from_this()](error_code ec, cm::id request) {
-    self->rdma_running_ = false;
-    if (self->closed_) return;
-    if (ec) {
-      self->listener_failed(ec);
-    } else {
-      self->request_arrived(std::move(request));
-    }
-    if (!self->waiters_.empty() && !self->rdma_running_) self->accept_rdma();
-  });
+  rdma_->async_get_request(asio::bind_cancellation_slot(
+      stop_rdma_.slot(), [self = shared_from_this()](error_code ec, cm::id request) {
+        self->rdma_running_ = false;
+        if (self->closed_) return;
+        if (ec == asio::error::operation_aborted) {  // stopped: nobody waited
+        } else if (ec) {
+          self->listener_failed(ec);
+        } else {
+          self->request_arrived(std::move(request));
+        }
+        if (!self->waiters_.empty() && !self->rdma_running_) self->accept_rdma();
+      }));
 }
 
 // A request with a malformed handshake, or one over the limit, is refused at once; it never

@@ -109,6 +109,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void arrived(arrival a);
   void listener_failed(error_code ec);
   void run_listeners();
+  void stop_listeners();
   void accept_tcp();
   void hand_over(waiter w, tcp_arrival a);
   void accept_rdma();
@@ -132,6 +133,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   handshake_list handshakes_;
   std::deque<connection> ready_;                    ///< RDMA, built on executor_ for the next accept there
   std::uint64_t handshakes_started_ = 0;
+  boost::asio::cancellation_signal stop_rdma_;      ///< ends the RDMA listener's wait
   std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
   boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)
   bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;

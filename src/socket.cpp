@@ -88,6 +88,23 @@ registered_memory socket::register_memory(std::span<std::byte> memory, verbs::ac
   return r;
 }
 
+void socket::connect(const endpoint_type& peer, error_code& ec) {
+  detail::blocking_wait waiting(executor_);
+  ec = waiting.refusal();
+  if (ec) return;
+  async_connect(peer, [&](error_code e) {
+    ec = e;
+    waiting.finish();
+  });
+  waiting.wait();
+}
+
+void socket::connect(const endpoint_type& peer) {
+  error_code ec;
+  connect(peer, ec);
+  detail::throw_if(ec, "connect");
+}
+
 void socket::close() {
   if (auto signal = std::move(connecting_)) signal->emit(boost::asio::cancellation_type::terminal);
   if (impl_) {

@@ -1,6 +1,7 @@
-// coverbs::async_connect: a socket connected to the first of several endpoints that accepts,
-// as boost::asio::async_connect does for an Asio socket (whose overloads take only a
-// basic_socket), so that code connecting to a resolver's results ports by the name alone.
+// coverbs::async_connect and coverbs::connect: a socket connected to the first of several
+// endpoints that accepts, as boost::asio::async_connect and connect do for an Asio socket
+// (whose overloads take only a basic_socket), so that code connecting to a resolver's results
+// ports by the name alone.
 #pragma once
 
 #include <boost/asio/append.hpp>
@@ -73,6 +74,40 @@ auto async_connect(Socket& s, const EndpointSequence& endpoints,
   for (const auto& entry : endpoints) candidates.push_back(entry);  // resolver entries convert
   return boost::asio::async_compose<CompletionToken, void(error_code, socket::endpoint_type)>(
       detail::range_connect{s, std::move(candidates)}, token, s);
+}
+
+/// Connects `s` to the first endpoint of `endpoints` that accepts it, as async_connect above,
+/// blocking as `socket::connect` does (the socket's io_context runs on this thread meanwhile):
+/// the synchronous form, as `boost::asio::connect`. Returns the endpoint connected to; throws
+/// boost::system::system_error with the last attempt's error, `not_found` for an empty range.
+template <class Socket, class EndpointSequence>
+requires std::derived_from<Socket, socket> && requires(const EndpointSequence& e) {
+  { *std::begin(e) } -> std::convertible_to<socket::endpoint_type>;
+  std::end(e);
+}
+socket::endpoint_type connect(Socket& s, const EndpointSequence& endpoints) {
+  error_code ec;
+  const socket::endpoint_type connected = connect(s, endpoints, ec);
+  detail::throw_if(ec, "connect");
+  return connected;
+}
+
+/// As above, reporting failure through `ec`. Stops at `would_block` (called from a handler of
+/// the socket's context), where every attempt would fail alike.
+template <class Socket, class EndpointSequence>
+requires std::derived_from<Socket, socket> && requires(const EndpointSequence& e) {
+  { *std::begin(e) } -> std::convertible_to<socket::endpoint_type>;
+  std::end(e);
+}
+socket::endpoint_type connect(Socket& s, const EndpointSequence& endpoints, error_code& ec) {
+  ec = boost::asio::error::not_found;
+  for (const auto& entry : endpoints) {
+    const socket::endpoint_type candidate = entry;  // resolver entries convert
+    s.connect(candidate, ec);
+    if (!ec) return candidate;
+    if (ec == boost::asio::error::would_block) break;
+  }
+  return {};
 }
 
 }  // namespace coverbs

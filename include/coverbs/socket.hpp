@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "coverbs/completion_service.hpp"
+#include "coverbs/detail/blocking_wait.hpp"
 #include "coverbs/detail/connect.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/detail/throw_error.hpp"
@@ -243,6 +244,59 @@ class socket : public boost::asio::socket_base {
         token, this, peer);
   }
 
+  /// Connects to `peer` as async_connect does, blocking until done. A connection completes
+  /// through its execution context, so the socket's io_context runs on the calling thread
+  /// meanwhile (beside any threads that run it); inside that context (from a handler) the call
+  /// fails with `would_block` instead. Throws boost::system::system_error.
+  void connect(const endpoint_type& peer);
+  /// As above, reporting failure through `ec`.
+  void connect(const endpoint_type& peer, error_code& ec);
+  /// Reads at least one byte, blocking as connect() does: for boost::asio::read and
+  /// read_until, and code written against tcp::socket's blocking calls. Throws
+  /// boost::system::system_error (`eof` at the end of the stream).
+  template <class MutableBufferSequence>
+  std::size_t read_some(const MutableBufferSequence& buffers) {
+    return throwing("read_some", [&](error_code& ec) { return read_some(buffers, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class MutableBufferSequence>
+  std::size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
+    return blocking(ec, [&](auto handler) { async_read_some(buffers, std::move(handler)); });
+  }
+  /// Writes at least one byte, blocking as connect() does (boost::asio::write). Throws
+  /// boost::system::system_error.
+  template <class ConstBufferSequence>
+  std::size_t write_some(const ConstBufferSequence& buffers) {
+    return throwing("write_some", [&](error_code& ec) { return write_some(buffers, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class ConstBufferSequence>
+  std::size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
+    return blocking(ec, [&](auto handler) { async_write_some(buffers, std::move(handler)); });
+  }
+  /// Sends one message, blocking as connect() does (see async_send). Throws
+  /// boost::system::system_error.
+  template <class ConstBufferSequence>
+  std::size_t send(const ConstBufferSequence& buffers) {
+    return throwing("send", [&](error_code& ec) { return send(buffers, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class ConstBufferSequence>
+  std::size_t send(const ConstBufferSequence& buffers, error_code& ec) {
+    return blocking(ec, [&](auto handler) { async_send(buffers, std::move(handler)); });
+  }
+  /// Receives the next whole message, blocking as connect() does (see async_receive). Throws
+  /// boost::system::system_error.
+  template <class MutableBufferSequence>
+  std::size_t receive(const MutableBufferSequence& buffers) {
+    return throwing("receive", [&](error_code& ec) { return receive(buffers, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class MutableBufferSequence>
+  std::size_t receive(const MutableBufferSequence& buffers, error_code& ec) {
+    return blocking(ec, [&](auto handler) { async_receive(buffers, std::move(handler)); });
+  }
+
   /// Reads at least one byte into `buffers`. Completion: `void(error_code, std::size_t)`;
   /// `asio::error::eof` once the peer has shut down and everything was read.
   template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
@@ -348,6 +402,19 @@ class socket : public boost::asio::socket_base {
   const std::shared_ptr<detail::stream_core>& impl() const noexcept { return impl_; }
 
  private:
+  // The blocking transfers: an asynchronous one run to its end here, and its throwing form.
+  template <class Start>
+  std::size_t blocking(error_code& ec, Start start) {
+    return detail::run_blocking<std::size_t>(executor_, ec, std::move(start));
+  }
+  template <class Call>
+  static std::size_t throwing(const char* what, Call call) {
+    error_code ec;
+    const std::size_t n = call(ec);
+    detail::throw_if(ec, what);
+    return n;
+  }
+
   // Every operation starts here. The initiation carries the socket itself, as Asio's sockets
   // do (which is why a socket must outlive its operations), not copies of its connection and
   // executor: with use_awaitable each argument is copied into a coroutine frame per operation.

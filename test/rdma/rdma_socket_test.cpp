@@ -4,6 +4,7 @@
 
 #include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
+#include "blocking_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
 #include "socket_tests.hpp"
@@ -60,6 +61,9 @@ BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
       test::closing_the_acceptor_aborts_a_stalled_handshake(where);
     }
   }
+}
+BOOST_AUTO_TEST_CASE(blocking_calls) {
+  test::blocking_calls(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::rdma);
