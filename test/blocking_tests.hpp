@@ -3,28 +3,7 @@
 // server on a thread of its own, over each transport.
 #pragma once
 
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/read_until.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/test/unit_test.hpp>
-#include <cctype>
-#include <chrono>
-#include <exception>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "coverbs/acceptor.hpp"
-#include "coverbs/connect.hpp"
-#include "test_address.hpp"
+#include "coverbs/socket.hpp"
 
 namespace coverbs::test {
 
@@ -32,116 +11,6 @@ namespace coverbs::test {
 /// five bytes written, upper-cased; the message sent, reversed; then a line; then it waits
 /// for the end of the stream and closes. Inside a handler of its own context a blocking call
 /// fails with would_block instead of stalling that context.
-inline void blocking_calls(transport kind) {
-  namespace asio = boost::asio;
-  using asio::use_awaitable;
-  asio::io_context server_io, client_io;
-  const socket_options options{.kind = kind};
-  acceptor listener(server_io, {test_address(), 0}, options);
-  asio::ip::tcp::endpoint nobody;  // a port nobody listens on (any more), over both transports
-  {
-    acceptor probe(server_io, {test_address(), 0}, options);
-    nobody = probe.local_endpoint();
-  }
-
-  bool server_saw_eof = false;
-  std::exception_ptr server_failure;
-  asio::co_spawn(
-      server_io,
-      [&]() -> asio::awaitable<void> {
-        socket s = co_await listener.async_accept(use_awaitable);
-        std::string word(5, '\0');
-        co_await asio::async_read(s, asio::buffer(word), use_awaitable);
-        std::transform(word.begin(), word.end(), word.begin(), [](char c) { return std::toupper(c); });
-        co_await asio::async_write(s, asio::buffer(word), use_awaitable);
-        std::array<char, 64> message{};
-        const std::size_t n = co_await s.async_receive(asio::buffer(message), use_awaitable);
-        std::reverse(message.begin(), message.begin() + static_cast<std::ptrdiff_t>(n));
-        co_await s.async_send(asio::buffer(message.data(), n), use_awaitable);
-        co_await asio::async_write(s, asio::buffer("a line\nand more", 15), use_awaitable);
-        char byte = 0;
-        auto [ec, ignored] =
-            co_await s.async_read_some(asio::buffer(&byte, 1), asio::as_tuple(use_awaitable));
-        server_saw_eof = ec == asio::error::eof;
-        s.close();
-      },
-      [&](std::exception_ptr e) { server_failure = e; });
-  std::atomic<bool> server_stopped = false;
-  std::thread server_thread([&] {
-    server_io.run();
-    server_stopped = true;
-  });
-  struct joined {  // also when a check throws
-    asio::io_context& io;
-    std::thread& thread;
-    ~joined() {
-      if (!thread.joinable()) return;
-      io.stop();
-      thread.join();
-    }
-  } join_on_exit{server_io, server_thread};
-
-  socket client(client_io, options);
-  const std::vector<asio::ip::tcp::endpoint> candidates{nobody, listener.local_endpoint()};
-  asio::ip::tcp::endpoint connected;
-  BOOST_CHECK_NO_THROW(connected = coverbs::connect(client, candidates));
-  BOOST_TEST((connected == listener.local_endpoint()));
-  BOOST_TEST((client.transport_in_use() == kind));
-
-  BOOST_TEST(asio::write(client, asio::buffer("hello", 5)) == 5u);
-  std::string upper(5, '\0');
-  BOOST_TEST(asio::read(client, asio::buffer(upper)) == 5u);
-  BOOST_TEST(upper == "HELLO");
-  BOOST_TEST(client.send(asio::buffer("message", 7)) == 7u);
-  std::array<char, 64> reply{};
-  const std::size_t n = client.receive(asio::buffer(reply));
-  BOOST_TEST(std::string(reply.data(), n) == "egassem");
-  std::string text;
-  const std::size_t line = asio::read_until(client, asio::dynamic_buffer(text), '\n');
-  BOOST_TEST(line == 7u);
-  BOOST_TEST(text.substr(0, line) == "a line\n");
-
-  error_code inside;
-  bool ran = false;
-  asio::post(client_io, [&] {
-    std::array<char, 4> b{};
-    client.read_some(asio::buffer(b), inside);
-    ran = true;
-  });
-  client_io.restart();
-  while (!ran && client_io.run_one() > 0) {
-  }
-  BOOST_TEST((inside == asio::error::would_block), inside.message());
-
-  client.shutdown(asio::socket_base::shutdown_send);
-  error_code end;
-  std::array<char, 64> rest{};
-  std::size_t got = 0;
-  for (std::size_t k = 1; !end && k > 0;) got += k = client.read_some(asio::buffer(rest), end);
-  BOOST_TEST((end == asio::error::eof), end.message());
-  BOOST_TEST(text.size() - line + got == 8u);  // "and more", partly read by read_until
-  BOOST_CHECK_THROW(client.read_some(asio::buffer(rest)), boost::system::system_error);
-
-  // The server's context runs out of work once both ends are closed; the client's end goes on
-  // in client_io (an RDMA close waits for its sends), run here meanwhile.
-  client.close();
-  client_io.restart();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!server_stopped && std::chrono::steady_clock::now() < deadline) {
-    client_io.run_one_for(std::chrono::milliseconds(20));
-  }
-  BOOST_TEST(server_stopped.load());
-  server_io.stop();
-  server_thread.join();
-  BOOST_TEST(!server_failure);
-  BOOST_TEST(server_saw_eof);
-
-  socket unconnected(client_io, options);
-  error_code refused;
-  BOOST_TEST(coverbs::connect(unconnected, std::vector{nobody}, refused) == asio::ip::tcp::endpoint());
-  BOOST_TEST((refused == asio::error::connection_refused), refused.message());
-  coverbs::connect(unconnected, std::vector<asio::ip::tcp::endpoint>{}, refused);
-  BOOST_TEST((refused == asio::error::not_found), refused.message());
-}
+void blocking_calls(transport kind);
 
 }  // namespace coverbs::test

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <optional>
@@ -26,6 +27,12 @@ inline boost::asio::ip::address rdma_address() {
 /// The address of tests that run on either transport: the device's in the test bed, else loopback.
 inline boost::asio::ip::address test_address() {
   return device_address().value_or(boost::asio::ip::address_v4::loopback());
+}
+
+/// A port nobody listens on: one bound by a TCP acceptor, then closed.
+inline unsigned short free_port(boost::asio::io_context& io) {
+  boost::asio::ip::tcp::acceptor probe(io, boost::asio::ip::tcp::endpoint(test_address(), 0));
+  return probe.local_endpoint().port();
 }
 
 }  // namespace coverbs::test

@@ -7,6 +7,7 @@
 #include "blocking_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
+#include "echo_program.hpp"
 #include "socket_tests.hpp"
 #include "stalled_handshake_tests.hpp"
 #include "tls_tests.hpp"
