@@ -364,12 +364,11 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
   link->report_to = tracked(executor_);
   link->where = where;
   const bool limited = taker.has_value();
-  const auto at = handshakes_.insert(handshakes_.end(),
-                                     handshake{std::move(taker), ++handshakes_started_, std::nullopt, link});
+  const auto at = handshakes_.insert(handshakes_.end(), handshake{std::move(taker), std::nullopt, link});
   if (limited) {
     at->deadline.emplace(executor_, handshake_limit);
-    at->deadline->async_wait([self = shared_from_this(), number = at->number](error_code ec) {
-      if (!ec) self->handshake_expired(number);
+    at->deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
+      if (!ec) self->handshake_expired(which);
     });
   }
   asio::dispatch(link->where, [link, a = std::move(a), options = options_]() mutable {
@@ -421,38 +420,42 @@ void acceptor_impl::report(const std::shared_ptr<handshake_link>& link, error_co
                     c = std::move(c)]() mutable { owner->handshake_done(link, ec, stream, std::move(c)); });
 }
 
-// Nothing comes back from a handshake now, unless its result is on its way already (false).
-bool acceptor_impl::detach(handshake_link& link) {
+// Nothing comes back from a handshake now, unless its result is on its way already.
+acceptor_impl::detached acceptor_impl::detach(handshake_link& link) {
   std::shared_ptr<acceptor_impl> owner;  // perhaps this: let go of outside the lock
   asio::any_io_executor back;
   std::lock_guard lock(link.mutex);
-  if (link.reported) return false;
+  if (link.reported) return detached::too_late;
   owner = std::move(link.owner);
   back = std::move(link.report_to);
-  return true;
+  return link.accepting ? detached::while_accepting : detached::before_accepting;
 }
 
-// Gives up on a handshake and aborts it where it runs, which destroys its id and so rejects
-// the client; a result on its way back finds nothing to go to, and is dropped.
+// Gives up on a handshake; a result on its way back finds nothing to go to, and is dropped.
 void acceptor_impl::abandon(handshake_list::iterator at) {
+  give_up(at, detach(*at->link));
+}
+
+// An accept sent is aborted where it runs, which destroys its id and so rejects the client.
+void acceptor_impl::give_up(handshake_list::iterator at, detached how) {
   const std::shared_ptr<handshake_link> link = at->link;
   handshakes_.erase(at);
-  bool accepting = false;
-  if (detach(*link)) {
-    std::lock_guard lock(link->mutex);
-    accepting = link->accepting;
+  if (how == detached::while_accepting) {
+    asio::post(link->where, [link] { link->abort.emit(asio::cancellation_type::terminal); });
   }
-  if (accepting) asio::post(link->where, [link] { link->abort.emit(asio::cancellation_type::terminal); });
 }
 
 // A client that stopped half-way: it is rejected, and its accept takes the next one. A result
 // already on its way is taken instead.
-void acceptor_impl::handshake_expired(std::uint64_t number) {
+void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which) {
+  const auto link = which.lock();
   const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
-                               [number](const handshake& h) { return h.number == number; });
-  if (at == handshakes_.end() || !at->taker || !detach(*at->link)) return;
+                               [&link](const handshake& h) { return link && h.link == link; });
+  if (at == handshakes_.end() || !at->taker) return;
+  const detached how = detach(*link);
+  if (how == detached::too_late) return;
   waiter w = std::move(*at->taker);
-  abandon(at);
+  give_up(at, how);
   requeue(std::move(w));
 }
 

@@ -93,7 +93,6 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   /// acceptor's executor.
   struct handshake {
     std::optional<waiter> taker;
-    std::uint64_t number = 0;  ///< names it to its deadline, which may fire after it is gone
     std::optional<boost::asio::steady_timer> deadline;  ///< for a taker only
     std::shared_ptr<handshake_link> link;
   };
@@ -122,9 +121,13 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void handshake_done(const std::shared_ptr<handshake_link>& link, error_code ec,
                       const std::shared_ptr<rdma_stream>& stream, connection c);
   void ready(connection c);
-  void handshake_expired(std::uint64_t number);
-  static bool detach(handshake_link& link);
+  /// What giving up on a handshake found: its result on its way back, or the handshake still
+  /// running there, with the accept sent (so `abort` reaches it) or not yet.
+  enum class detached { too_late, before_accepting, while_accepting };
+  void handshake_expired(const std::weak_ptr<handshake_link>& which);
+  static detached detach(handshake_link& link);
   void abandon(handshake_list::iterator at);
+  void give_up(handshake_list::iterator at, detached how);
 
   boost::asio::any_io_executor executor_;
   socket_options options_;
@@ -132,7 +135,6 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   std::deque<arrival> arrived_;
   handshake_list handshakes_;
   std::deque<connection> ready_;                    ///< RDMA, built on executor_ for the next accept there
-  std::uint64_t handshakes_started_ = 0;
   boost::asio::cancellation_signal stop_rdma_;      ///< ends the RDMA listener's wait
   std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
   boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)

@@ -89,14 +89,7 @@ registered_memory socket::register_memory(std::span<std::byte> memory, verbs::ac
 }
 
 void socket::connect(const endpoint_type& peer, error_code& ec) {
-  detail::blocking_wait waiting(executor_);
-  ec = waiting.refusal();
-  if (ec) return;
-  async_connect(peer, [&](error_code e) {
-    ec = e;
-    waiting.finish();
-  });
-  waiting.wait();
+  detail::run_blocking(executor_, ec, [&](auto handler) { async_connect(peer, std::move(handler)); });
 }
 
 void socket::connect(const endpoint_type& peer) {

@@ -93,7 +93,8 @@ socket::endpoint_type connect(Socket& s, const EndpointSequence& endpoints) {
 }
 
 /// As above, reporting failure through `ec`. Stops at `would_block` (called from a handler of
-/// the socket's context), where every attempt would fail alike.
+/// the socket's context), where every attempt would fail alike, and, as async_connect does, at
+/// `operation_aborted` (the socket closed by another thread meanwhile).
 template <class Socket, class EndpointSequence>
 requires std::derived_from<Socket, socket> && requires(const EndpointSequence& e) {
   { *std::begin(e) } -> std::convertible_to<socket::endpoint_type>;
@@ -105,7 +106,7 @@ socket::endpoint_type connect(Socket& s, const EndpointSequence& endpoints, erro
     const socket::endpoint_type candidate = entry;  // resolver entries convert
     s.connect(candidate, ec);
     if (!ec) return candidate;
-    if (ec == boost::asio::error::would_block) break;
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::operation_aborted) break;
   }
   return {};
 }

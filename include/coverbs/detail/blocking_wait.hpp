@@ -35,20 +35,30 @@ class blocking_wait {
   std::atomic<bool> done_{false};
 };
 
-/// Runs `start(handler)`, an operation completing with `void(error_code, Value)`, to its end:
-/// its error in `ec`, its value returned.
-template <class Value, class Start>
-Value run_blocking(const boost::asio::any_io_executor& executor, error_code& ec, Start&& start) {
+/// Runs `start(handler)`, an operation completing with `void(error_code)`, to its end: its
+/// error in `ec`.
+template <class Start>
+void run_blocking(const boost::asio::any_io_executor& executor, error_code& ec, Start&& start) {
   blocking_wait waiting(executor);
-  Value value{};
   ec = waiting.refusal();
-  if (ec) return value;
-  std::forward<Start>(start)([&](error_code e, Value v) {
+  if (ec) return;
+  std::forward<Start>(start)([&](error_code e) {
     ec = e;
-    value = std::move(v);
     waiting.finish();
   });
   waiting.wait();
+}
+
+/// As above, for an operation completing with `void(error_code, Value)`: its value returned.
+template <class Value, class Start>
+Value run_blocking(const boost::asio::any_io_executor& executor, error_code& ec, Start&& start) {
+  Value value{};
+  run_blocking(executor, ec, [&](auto finished) {
+    std::forward<Start>(start)([&value, finished = std::move(finished)](error_code e, Value v) mutable {
+      value = std::move(v);
+      finished(e);
+    });
+  });
   return value;
 }
 
