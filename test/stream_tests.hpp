@@ -30,12 +30,12 @@
 #include <string>
 #include <thread>
 #include <vector>
-
 #include "coverbs/socket.hpp"
 
 namespace coverbs::test {
 
 namespace asio = boost::asio;
+
 using namespace asio::experimental::awaitable_operators;
 
 /// Runs `body` as a coroutine to completion within `limit`, rethrowing its exception.
@@ -71,436 +71,68 @@ inline std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
 }
 
 /// asio::async_write and asio::async_read move a large random payload both ways at once.
-inline void bulk_both_ways(asio::io_context& io, socket& a, socket& b, std::size_t size) {
-  const auto ab = random_bytes(size, 1), ba = random_bytes(size, 2);
-  std::vector<std::byte> at_b(size), at_a(size);
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto [w1, r1, w2, r2] = co_await (asio::async_write(a, asio::buffer(ab), asio::use_awaitable) &&
-                                      asio::async_read(b, asio::buffer(at_b), asio::use_awaitable) &&
-                                      asio::async_write(b, asio::buffer(ba), asio::use_awaitable) &&
-                                      asio::async_read(a, asio::buffer(at_a), asio::use_awaitable));
-    BOOST_TEST(w1 == size);
-    BOOST_TEST(r1 == size);
-    BOOST_TEST(w2 == size);
-    BOOST_TEST(r2 == size);
-  });
-  BOOST_TEST((at_b == ab));
-  BOOST_TEST((at_a == ba));
-}
+void bulk_both_ways(boost::asio::io_context& io, socket& a, socket& b, std::size_t size);
 
 /// async_read_until finds lines across reads; shutdown gives the reader eof after the data.
-inline void lines_then_eof(asio::io_context& io, socket& a, socket& b) {
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    const std::string text = "first line\nsecond line\nthird";
-    co_await asio::async_write(a, asio::buffer(text), asio::use_awaitable);
-    a.shutdown(asio::socket_base::shutdown_send);
-    asio::streambuf buf;
-    std::size_t n = co_await asio::async_read_until(b, buf, '\n', asio::use_awaitable);
-    std::string line(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + static_cast<long>(n));
-    BOOST_TEST(line == "first line\n");
-    buf.consume(n);
-    n = co_await asio::async_read_until(b, buf, '\n', asio::use_awaitable);
-    BOOST_TEST(n == 12u);
-    buf.consume(n);
-    auto [ec, m] = co_await asio::async_read_until(b, buf, '\n', asio::as_tuple(asio::use_awaitable));
-    BOOST_TEST((ec == asio::error::eof), ec.message());
-    BOOST_TEST(std::string(asio::buffers_begin(buf.data()), asio::buffers_end(buf.data())) == "third");
-    // The other direction still works after a one-way shutdown.
-    co_await asio::async_write(b, asio::buffer(std::string("reply")), asio::use_awaitable);
-    std::array<char, 5> reply;
-    co_await asio::async_read(a, asio::buffer(reply), asio::use_awaitable);
-    BOOST_TEST(std::string(reply.data(), 5) == "reply");
-  });
-}
+void lines_then_eof(boost::asio::io_context& io, socket& a, socket& b);
 
 /// The peer's end of stream outlasts the connection: once a reader has had the peer's last
 /// bytes and its end, a write into the gone peer fails, and reading again still gives eof (as
 /// on a TCP socket), not the write's error.
-inline void end_of_stream_outlasts_the_connection(asio::io_context& io, socket& a, socket& b) {
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    co_await asio::async_write(b, asio::buffer(std::string("last")), asio::use_awaitable);
-    b.close();
-    std::array<char, 8> got{};
-    auto [ec, n] = co_await asio::async_read(a, asio::buffer(got), asio::as_tuple(asio::use_awaitable));
-    BOOST_TEST((ec == asio::error::eof), ec.message());
-    BOOST_TEST(std::string(got.data(), n) == "last");
-    // Over RDMA a write fails once the QP has run out of retries (the peer's QP is gone), and
-    // a write that finds no credit waits until then: each is bounded, so that a QP retrying
-    // for ever fails the test here. Over TCP the peer's FIN has ended the connection already
-    // (with eof), and the first write fails at once; raw_peer's reset case is in
-    // tcp_stream_test.
-    const std::vector<std::byte> block(4096);
-    asio::steady_timer pause(a.get_executor());
-    error_code write_ec;
-    for (int i = 0; i < 500 && !write_ec; ++i) {
-      asio::steady_timer limit(a.get_executor(), std::chrono::seconds(20));
-      auto r = co_await (asio::async_write(a, asio::buffer(block), asio::as_tuple(asio::use_awaitable)) ||
-                         limit.async_wait(asio::as_tuple(asio::use_awaitable)));
-      BOOST_TEST_REQUIRE(r.index() == 0u, "a write into the closed peer neither completed nor failed");
-      write_ec = std::get<0>(std::get<0>(r));
-      pause.expires_after(std::chrono::milliseconds(10));
-      co_await pause.async_wait(asio::use_awaitable);
-    }
-    BOOST_TEST_REQUIRE(static_cast<bool>(write_ec), "writes into the closed peer never failed");
-    BOOST_TEST((write_ec == asio::error::broken_pipe), write_ec.message());
-    auto [again_ec, again_n] =
-        co_await a.async_read_some(asio::buffer(got), asio::as_tuple(asio::use_awaitable));
-    BOOST_TEST((again_ec == asio::error::eof), again_ec.message());
-    BOOST_TEST(again_n == 0u);
-  });
-}
+void end_of_stream_outlasts_the_connection(boost::asio::io_context& io, socket& a, socket& b);
 
 /// Messages keep their boundaries; a too-small buffer gets message_size and loses nothing.
-inline void messages_keep_boundaries(asio::io_context& io, socket& a, socket& b) {
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    for (std::size_t size : {1u, 100u, 3000u}) {
-      co_await a.async_send(asio::buffer(std::string(size, 'x')), asio::use_awaitable);
-    }
-    co_await a.async_send(asio::buffer(std::string(10, 'y')), asio::use_awaitable);
-    std::vector<char> buf(4096);
-    for (std::size_t size : {1u, 100u, 3000u}) {
-      const std::size_t n = co_await b.async_receive(asio::buffer(buf), asio::use_awaitable);
-      BOOST_TEST(n == size);
-    }
-    std::array<char, 4> tiny;
-    auto [ec, n] = co_await b.async_receive(asio::buffer(tiny), asio::as_tuple(asio::use_awaitable));
-    BOOST_TEST((ec == asio::error::message_size));
-    n = co_await b.async_receive(asio::buffer(buf), asio::use_awaitable);
-    BOOST_TEST(n == 10u);
-    BOOST_TEST(std::string(buf.data(), n) == std::string(10, 'y'));
-    auto [big_ec, big_n] = co_await a.async_send(asio::buffer(std::vector<char>(a.options().buffer_size + 1)),
-                                                 asio::as_tuple(asio::use_awaitable));
-    BOOST_TEST((big_ec == asio::error::message_size));
-    BOOST_TEST(big_n == 0u);
-  });
-}
+void messages_keep_boundaries(boost::asio::io_context& io, socket& a, socket& b);
 
 /// What a write (or send) the cancellation tests cancel reported, once it completed.
 using write_outcome = std::optional<std::pair<error_code, std::size_t>>;
+
 /// What the cancellation tests write after the cancelled write.
 inline const std::string cancel_marker = "next";
-
-/// A completion handler for a write that is to be cancelled: records what it reported, then
-/// writes `cancel_marker` on `a`.
-inline auto record_then_write_marker(socket& a, write_outcome& outcome) {
-  return [&a, &outcome](error_code ec, std::size_t n) {
-    outcome.emplace(ec, n);
-    asio::async_write(a, asio::buffer(cancel_marker), [](error_code, std::size_t) {});
-  };
-}
-
-/// Reads on `b` until the cancelled write has completed and the bytes it reported and the
-/// marker have come, and checks that exactly those came: `data`'s first bytes, then the marker.
-inline asio::awaitable<void> expect_reported_then_marker(socket& b, const std::vector<std::byte>& data,
-                                                         const write_outcome& outcome) {
-  std::vector<std::byte> got(data.size() + cancel_marker.size());
-  std::size_t have = 0;
-  while (!outcome || have < outcome->second + cancel_marker.size()) {
-    have += co_await b.async_read_some(asio::buffer(got) + have, asio::use_awaitable);
-  }
-  BOOST_TEST_REQUIRE(have == outcome->second + cancel_marker.size());
-  BOOST_TEST(
-      std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
-  BOOST_TEST(std::memcmp(got.data() + outcome->second, cancel_marker.data(), cancel_marker.size()) == 0);
-}
 
 /// Messages from below min_direct_bytes up to the largest, each gathered from two pieces and
 /// followed by a few stream bytes: the peer receives each whole, in order, with the stream
 /// bytes between them. Over TCP a message of min_direct_bytes or more goes out from the
 /// caller's memory (direct_bytes_written counts it); over RDMA these, in unregistered memory,
 /// are copied (messages_from_registered_memory has the uncopied ones).
-inline void large_messages_between_stream_writes(asio::io_context& io, socket& a, socket& b) {
-  constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
-  const std::size_t largest = a.impl()->max_message_size();
-  const std::vector<std::size_t> sizes{direct - 1, direct, largest / 2 + 1, largest};
-  const auto data = random_bytes(largest, 9), between = random_bytes(100, 10);
-  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto writer = [&]() -> asio::awaitable<void> {
-      for (const std::size_t size : sizes) {
-        const std::array<asio::const_buffer, 2> message{
-            asio::buffer(data.data(), size / 3), asio::buffer(data.data() + size / 3, size - size / 3)};
-        const std::size_t sent = co_await a.async_send(message, asio::use_awaitable);
-        BOOST_TEST(sent == size);
-        co_await asio::async_write(a, asio::buffer(between), asio::use_awaitable);
-      }
-    };
-    auto reader = [&]() -> asio::awaitable<void> {
-      std::vector<std::byte> got(largest), got_between(between.size());
-      for (const std::size_t size : sizes) {
-        const std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-        BOOST_TEST_REQUIRE(n == size);
-        BOOST_TEST(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n), data.begin()));
-        co_await asio::async_read(b, asio::buffer(got_between), asio::use_awaitable);
-        BOOST_TEST((got_between == between));
-      }
-    };
-    co_await (writer() && reader());
-  });
-  const std::uint64_t direct_bytes = a.impl()->direct_bytes_written() - direct_before;
-  if (a.transport_in_use() == transport::tcp) {
-    BOOST_TEST(direct_bytes == direct + largest / 2 + 1 + largest);
-  } else {
-    BOOST_TEST(direct_bytes == 0u);
-  }
-}
+void large_messages_between_stream_writes(boost::asio::io_context& io, socket& a, socket& b);
 
 /// The largest message, its send cancelled at once: the send completes whole or with
 /// operation_aborted and nothing sent, and the peer receives the message exactly when the send
 /// reported it, then the next. Over TCP it goes out from the caller's memory, which cannot be
 /// recalled: it completes whole.
-inline void send_cancelled_at_once_is_all_or_nothing(asio::io_context& io, socket& a, socket& b) {
-  const auto data = random_bytes(a.impl()->max_message_size(), 11);
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    std::vector<std::byte> got(data.size());
-    // The peer's limits have come once a message has gone through: the send below starts at once.
-    co_await a.async_send(asio::buffer(cancel_marker), asio::use_awaitable);
-    co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-    asio::cancellation_signal signal;
-    write_outcome outcome;
-    a.async_send(asio::buffer(data),
-                 asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
-                   outcome.emplace(ec, n);
-                   a.async_send(asio::buffer(cancel_marker), [](error_code, std::size_t) {});
-                 }));
-    signal.emit(asio::cancellation_type::terminal);
-    std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-    // The send's handler is posted; the receive can complete first (a wake-up that ran the
-    // handler of the marker's receive, which sent this message, polls its arrival too).
-    while (!outcome) co_await asio::post(io, asio::use_awaitable);
-    if (!outcome->first) {
-      BOOST_TEST(outcome->second == data.size());
-      BOOST_TEST_REQUIRE(n == data.size());
-      BOOST_TEST((got == data));
-      n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-    } else {
-      BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
-      BOOST_TEST(outcome->second == 0u);
-    }
-    BOOST_TEST_REQUIRE(n == cancel_marker.size());
-    BOOST_TEST(std::memcmp(got.data(), cancel_marker.data(), n) == 0);
-    if (a.transport_in_use() == transport::tcp) {
-      BOOST_TEST(!outcome->first,
-                 "a send from the caller's memory was recalled: " << outcome->first.message());
-    }
-  });
-}
+void send_cancelled_at_once_is_all_or_nothing(boost::asio::io_context& io, socket& a, socket& b);
 
 /// A read that loses a race with a timer is cancelled, and the connection is unharmed.
-inline void read_cancelled_by_timer_leaves_connection_usable(asio::io_context& io, socket& a, socket& b) {
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    std::array<char, 16> buf;
-    asio::steady_timer timer(io, std::chrono::milliseconds(100));
-    auto result = co_await (b.async_read_some(asio::buffer(buf), asio::use_awaitable) ||
-                            timer.async_wait(asio::use_awaitable));
-    BOOST_TEST(result.index() == 1u);
-    co_await asio::async_write(a, asio::buffer(std::string("still here")), asio::use_awaitable);
-    std::array<char, 10> got;
-    co_await asio::async_read(b, asio::buffer(got), asio::use_awaitable);
-    BOOST_TEST(std::string(got.data(), 10) == "still here");
-  });
-}
+void read_cancelled_by_timer_leaves_connection_usable(boost::asio::io_context& io, socket& a, socket& b);
 
 /// A reader whose peer writes faster than it reads does not keep its context to itself: a
 /// timer on the same context fires while the peer (on a context and thread of its own) is
 /// still writing. Over TCP the reads once took the socket's bytes one after the other inside a
 /// single handler for as long as the peer kept writing.
-inline void fast_peer_leaves_room_for_other_handlers(asio::io_context& io, socket& a,
-                                                     asio::io_context& peer_io, socket& b) {
-  std::atomic<bool> stop{false}, writer_ended{false};
-  std::thread writer([&] {
-    std::vector<std::byte> chunk(256 * 1024);
-    asio::co_spawn(
-        peer_io,
-        [&]() -> asio::awaitable<void> {
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (!stop && std::chrono::steady_clock::now() < deadline) {
-            co_await asio::async_write(b, asio::buffer(chunk), asio::use_awaitable);
-          }
-        },
-        [&](std::exception_ptr) { writer_ended = true; });
-    run_until(peer_io, [&] { return writer_ended.load(); });
-  });
-  std::vector<std::byte> buffer(64 * 1024);
-  std::uint64_t bytes_read = 0;
-  bool read_pending = false, timer_pending = false, fired_while_writing = false, fired = false;
-  asio::steady_timer timer(io);
-  auto start_timer = [&] {  // once bytes flow, so that the reads compete with it
-    timer_pending = true;
-    timer.expires_after(std::chrono::milliseconds(10));
-    timer.async_wait([&](error_code ec) {
-      timer_pending = false;
-      if (ec) return;
-      fired = true;
-      fired_while_writing = !writer_ended;
-      stop = true;
-    });
-  };
-  std::function<void()> read_next = [&] {
-    read_pending = true;
-    a.async_read_some(asio::buffer(buffer), [&](error_code ec, std::size_t n) {
-      read_pending = false;
-      if (bytes_read == 0 && n > 0) start_timer();
-      bytes_read += n;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // slower than the writer
-      if (!ec && !writer_ended) read_next();
-    });
-  };
-  read_next();
-  run_until(io, [&] { return writer_ended && (fired || bytes_read == 0); });
-  writer.join();
-  a.cancel();
-  timer.cancel();
-  run_until(io, [&] { return !read_pending && !timer_pending; });
-  BOOST_TEST(fired);
-  BOOST_TEST(fired_while_writing);
-  BOOST_TEST(bytes_read > 0u);
-}
+void fast_peer_leaves_room_for_other_handlers(boost::asio::io_context& io, socket& a,
+                                              boost::asio::io_context& peer_io, socket& b);
 
 /// Large writes of random sizes against reads of random sizes in one to three pieces, some
 /// cancelled a few turns after they start: every byte arrives once, in order, and a cancelled
 /// read ends with operation_aborted having taken none. Over TCP a read that waits takes bytes
 /// from the socket straight into its buffers (direct_bytes_read counts them); over RDMA they
 /// land in the receive buffers first.
-inline void waiting_reads_of_random_sizes(asio::io_context& io, socket& a, socket& b) {
-  const auto data = random_bytes(8 << 20, 12);
-  std::vector<std::byte> got(data.size());
-  const std::uint64_t direct_before = b.impl()->direct_bytes_read();
-  std::size_t cancelled = 0, have = 0;
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto writer = [&]() -> asio::awaitable<void> {
-      std::mt19937 rng(13);
-      for (std::size_t sent = 0; sent < data.size();) {
-        const std::size_t n = std::min<std::size_t>(data.size() - sent, 1 + rng() % (512 << 10));
-        sent += co_await asio::async_write(a, asio::buffer(data.data() + sent, n), asio::use_awaitable);
-        // A writer no faster than its reader, so that reads wait for bytes.
-        while (sent - have > (256 << 10)) co_await asio::post(io, asio::use_awaitable);
-      }
-    };
-    auto reader = [&]() -> asio::awaitable<void> {
-      std::mt19937 rng(14);
-      while (have < data.size()) {
-        const std::size_t size = std::min<std::size_t>(data.size() - have, 1 + rng() % (256 << 10));
-        std::byte* at = got.data() + have;
-        const std::size_t first = size / 3, second = rng() % 2 == 0 ? 0 : size / 3;
-        const std::array<asio::mutable_buffer, 3> pieces{
-            asio::buffer(at, first), asio::buffer(at + first, second),
-            asio::buffer(at + first + second, size - first - second)};
-        asio::cancellation_signal signal;
-        std::optional<std::pair<error_code, std::size_t>> result;
-        b.async_read_some(pieces,
-                          asio::bind_cancellation_slot(
-                              signal.slot(), [&](error_code ec, std::size_t n) { result.emplace(ec, n); }));
-        const bool cancel = rng() % 5 == 0;
-        for (unsigned turns = rng() % 4; !result;) {
-          if (cancel && turns-- == 0) signal.emit(asio::cancellation_type::terminal);
-          co_await asio::post(io, asio::use_awaitable);
-        }
-        if (result->first) {
-          BOOST_TEST_REQUIRE((result->first == asio::error::operation_aborted), result->first.message());
-          BOOST_TEST_REQUIRE(result->second == 0u);
-          ++cancelled;
-        }
-        have += result->second;
-      }
-    };
-    co_await (writer() && reader());
-  });
-  BOOST_TEST((got == data));
-  BOOST_TEST(cancelled > 0u);
-  const std::uint64_t direct_bytes = b.impl()->direct_bytes_read() - direct_before;
-  if (a.transport_in_use() == transport::tcp) {
-    BOOST_TEST(direct_bytes > data.size() / 4,
-               direct_bytes << " of " << data.size() << " bytes read uncopied");
-  } else {
-    BOOST_TEST(direct_bytes == 0u);
-  }
-}
+void waiting_reads_of_random_sizes(boost::asio::io_context& io, socket& a, socket& b);
 
 /// A large write cancelled while the peer reads nothing ends with operation_aborted and the
 /// count of bytes it moved; the peer then reads exactly those bytes, intact, and what is
 /// written next. Over TCP the write's last piece goes out from the caller's memory and cannot
 /// be recalled: the write ends once the peer has made room for it, and counts it.
-inline void write_cancelled_by_timer_moves_what_it_reports(asio::io_context& io, socket& a, socket& b,
-                                                           std::size_t size) {
-  const auto data = random_bytes(size, 3);
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    asio::cancellation_signal signal;
-    write_outcome outcome;
-    asio::async_write(a, asio::buffer(data),
-                      asio::bind_cancellation_slot(signal.slot(), record_then_write_marker(a, outcome)));
-    asio::steady_timer timer(io, std::chrono::milliseconds(200));
-    co_await timer.async_wait(asio::use_awaitable);
-    BOOST_TEST_REQUIRE(!outcome.has_value(), "the write finished although the peer read nothing");
-    signal.emit(asio::cancellation_type::terminal);
-    co_await expect_reported_then_marker(b, data, outcome);
-    BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
-    BOOST_TEST(outcome->second < size);
-  });
-}
+void write_cancelled_by_timer_moves_what_it_reports(boost::asio::io_context& io, socket& a, socket& b,
+                                                    std::size_t size);
 
 /// Writes (async_write_some calls, as many as it takes) of a sequence whose pieces are memory
 /// registered on the connection, then not, then registered, followed by small asio::async_write
 /// calls: the peer reads all of it, in order. Over RDMA the registered pieces go out from that
 /// memory without a copy (the unregistered one is copied, and so are the later writes, from
 /// unregistered memory); over TCP any write of min_direct_bytes or more does.
-inline void writes_from_registered_memory(asio::io_context& io, socket& a, socket& b, std::size_t size) {
-  using detail::stream_core;
-  const auto data = random_bytes(size, 4), middle = random_bytes(100 * 1024 + 3, 5);
-  auto registered = random_bytes(size, 4);
-  const registered_memory region = a.register_memory(registered, verbs::access::none);
-  const std::size_t split = size / 3 + 17;
-  const std::array<asio::const_buffer, 3> pieces{asio::buffer(registered.data(), split), asio::buffer(middle),
-                                                 asio::buffer(registered.data() + split, size - split)};
-  static const std::string tail = "tail";
-  const auto unregistered = random_bytes(64 * 1024, 6);
-  std::vector<std::byte> got(size + middle.size() + tail.size() + unregistered.size());
-  const std::uint64_t at_start = a.impl()->direct_bytes_written();
-  std::uint64_t after_registered = 0;
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto writer = [&]() -> asio::awaitable<std::size_t> {
-      // Not asio::async_write: it offers at most 64 KiB per async_write_some, too little to go
-      // out uncopied over RDMA (see rdma_stream::transmit_direct).
-      std::size_t n = 0;
-      while (n < size + middle.size()) {
-        std::vector<asio::const_buffer> rest;
-        std::size_t skip = n;
-        for (const auto& piece : pieces) {
-          if (skip >= piece.size()) {
-            skip -= piece.size();
-          } else {
-            rest.push_back(piece + skip);
-            skip = 0;
-          }
-        }
-        n += co_await a.async_write_some(rest, asio::use_awaitable);
-      }
-      after_registered = a.impl()->direct_bytes_written();
-      n += co_await asio::async_write(a, asio::buffer(tail), asio::use_awaitable);
-      n += co_await asio::async_write(a, asio::buffer(unregistered), asio::use_awaitable);
-      co_return n;
-    };
-    auto [written, read] = co_await (writer() && asio::async_read(b, asio::buffer(got), asio::use_awaitable));
-    BOOST_TEST(written == got.size());
-    BOOST_TEST(read == got.size());
-  });
-  std::vector<std::byte> expected(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(split));
-  expected.insert(expected.end(), middle.begin(), middle.end());
-  expected.insert(expected.end(), data.begin() + static_cast<std::ptrdiff_t>(split), data.end());
-  for (char c : tail) expected.push_back(static_cast<std::byte>(c));
-  expected.insert(expected.end(), unregistered.begin(), unregistered.end());
-  BOOST_TEST((got == expected));
-  const std::uint64_t direct = after_registered - at_start;
-  if (a.transport_in_use() == transport::rdma) {
-    // All registered bytes but at most a tail too short to be worth the wait (four of the
-    // default 64 KiB buffers: rdma_stream::direct_threshold).
-    BOOST_TEST(direct >= size - 256 * 1024);
-    BOOST_TEST(direct <= size);
-    BOOST_TEST(a.impl()->direct_bytes_written() == after_registered, "unregistered memory went out uncopied");
-  } else {
-    BOOST_TEST(direct > 0u);
-  }
-}
+void writes_from_registered_memory(boost::asio::io_context& io, socket& a, socket& b, std::size_t size);
 
 /// Messages from memory registered on the connection. Over RDMA with zero_copy_messages, one of
 /// min_direct_bytes or more in one registered piece goes out uncopied (direct_bytes_written
@@ -509,301 +141,34 @@ inline void writes_from_registered_memory(asio::io_context& io, socket& a, socke
 /// them without the option are copied. Over TCP every message of min_direct_bytes or more goes
 /// out from the caller's memory. The peer receives each whole and in order; the last, cancelled
 /// at once, cannot be recalled where it went out uncopied.
-inline void messages_from_registered_memory(asio::io_context& io, socket& a, socket& b) {
-  constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
-  const std::size_t largest = a.impl()->max_message_size();
-  struct message_case {
-    std::size_t size;
-    bool gathered;
-  };
-  const std::vector<message_case> cases{{direct, false}, {largest, false}, {direct - 1, false},
-                                        {largest, true}, {direct, false},  {largest, false}};
-  std::vector<std::vector<std::byte>> contents;
-  for (std::size_t i = 0; i < cases.size(); ++i)
-    contents.push_back(random_bytes(cases[i].size, 30 + unsigned(i)));
-  const bool tcp = a.transport_in_use() == transport::tcp;
-  const auto uncopied = [&](const message_case& c) {
-    return c.size >= direct && (tcp || (a.options().zero_copy_messages && !c.gathered));
-  };
-  std::vector<std::byte> source(largest);
-  const registered_memory region = a.register_memory(source, verbs::access::none);
-  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto writer = [&]() -> asio::awaitable<void> {
-      for (std::size_t i = 0; i + 1 < cases.size(); ++i) {
-        const std::size_t size = cases[i].size, half = cases[i].gathered ? size / 2 : size;
-        std::copy(contents[i].begin(), contents[i].end(), source.begin());
-        const std::array<asio::const_buffer, 2> pieces{asio::buffer(source.data(), half),
-                                                       asio::buffer(source.data() + half, size - half)};
-        const std::size_t sent = co_await a.async_send(pieces, asio::use_awaitable);
-        BOOST_TEST(sent == size);
-        std::fill(source.begin(), source.end(), std::byte{0xee});  // the send no longer reads it
-      }
-      std::copy(contents.back().begin(), contents.back().end(), source.begin());
-      asio::cancellation_signal signal;
-      write_outcome outcome;
-      a.async_send(asio::buffer(source.data(), cases.back().size),
-                   asio::bind_cancellation_slot(
-                       signal.slot(), [&](error_code ec, std::size_t n) { outcome.emplace(ec, n); }));
-      signal.emit(asio::cancellation_type::terminal);
-      while (!outcome) co_await asio::post(io, asio::use_awaitable);
-      if (!outcome->first || uncopied(cases.back())) {
-        BOOST_TEST(!outcome->first,
-                   "a send from the caller's memory was recalled: " << outcome->first.message());
-        BOOST_TEST(outcome->second == cases.back().size);
-      } else {  // a copied send cancelled at once: nothing sent, as send_cancelled_at_once... says
-        BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
-        contents.pop_back();
-      }
-    };
-    auto reader = [&]() -> asio::awaitable<void> {
-      std::vector<std::byte> got(largest);
-      for (std::size_t i = 0; i + 1 < cases.size(); ++i) {
-        const std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-        BOOST_TEST_REQUIRE(n == cases[i].size);
-        BOOST_TEST(std::equal(contents[i].begin(), contents[i].end(), got.begin()), "message " << i);
-      }
-    };
-    co_await (writer() && reader());
-    // The last one, unless its cancel took it back.
-    if (contents.size() == cases.size()) {
-      std::vector<std::byte> got(largest);
-      const std::size_t n = co_await b.async_receive(asio::buffer(got), asio::use_awaitable);
-      BOOST_TEST_REQUIRE(n == cases.back().size);
-      BOOST_TEST(std::equal(contents.back().begin(), contents.back().end(), got.begin()), "the last message");
-    }
-  });
-  std::uint64_t expected = 0;
-  for (std::size_t i = 0; i < contents.size(); ++i) {
-    if (uncopied(cases[i])) expected += cases[i].size;
-  }
-  BOOST_TEST(a.impl()->direct_bytes_written() - direct_before == expected);
-}
+void messages_from_registered_memory(boost::asio::io_context& io, socket& a, socket& b);
 
 /// A message and a write, both from registered memory and both large enough to go out
 /// uncopied (over RDMA with zero_copy_messages), in flight at once, the message's region
 /// deregistered as soon as its send has started: each completes on its own, whole, and the peer
 /// receives the message and reads the bytes intact.
-inline void uncopied_message_and_write_at_once(asio::io_context& io, socket& a, socket& b) {
-  const std::size_t message_size = a.impl()->max_message_size(), write_size = std::size_t{512} << 10;
-  const auto bytes = random_bytes(write_size, 41), message = random_bytes(message_size, 42);
-  auto source_bytes = bytes, source_message = message;
-  const registered_memory bytes_region = a.register_memory(source_bytes, verbs::access::none);
-  std::optional<registered_memory> message_region(a.register_memory(source_message, verbs::access::none));
-  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    auto writer = [&]() -> asio::awaitable<void> {
-      write_outcome sent;
-      a.async_send(asio::buffer(source_message), [&](error_code ec, std::size_t n) { sent.emplace(ec, n); });
-      message_region.reset();  // deferred until the device no longer reads it
-      std::size_t n = 0;
-      while (n < write_size)
-        n += co_await a.async_write_some(asio::buffer(source_bytes) + n, asio::use_awaitable);
-      while (!sent) co_await asio::post(io, asio::use_awaitable);
-      BOOST_TEST(!sent->first, sent->first.message());
-      BOOST_TEST(sent->second == message_size);
-    };
-    auto reader = [&]() -> asio::awaitable<void> {
-      std::vector<std::byte> got_message(message_size), got_bytes(write_size);
-      const std::size_t n = co_await b.async_receive(asio::buffer(got_message), asio::use_awaitable);
-      BOOST_TEST(n == message_size);
-      BOOST_TEST((got_message == message));
-      co_await asio::async_read(b, asio::buffer(got_bytes), asio::use_awaitable);
-      BOOST_TEST((got_bytes == bytes));
-    };
-    co_await (writer() && reader());
-  });
-  const std::uint64_t direct = a.impl()->direct_bytes_written() - direct_before;
-  if (a.transport_in_use() == transport::rdma) {
-    // All of both: the write's eight SENDs fit the credits the message left (at least 16 of
-    // the 32: the peer reports re-posted buffers once half the pool is back).
-    BOOST_TEST(direct == message_size + write_size);
-  } else {
-    BOOST_TEST(direct > message_size);  // the message, and the write but maybe a short tail
-  }
-}
+void uncopied_message_and_write_at_once(boost::asio::io_context& io, socket& a, socket& b);
 
 /// A write from registered memory (over RDMA sent uncopied, the SENDs reading the caller's
 /// memory) cancelled at once, while its bytes are on the way: they cannot be recalled, so the
 /// write completes with what it sent, which the peer reads, intact, and then what comes next.
-inline void registered_write_cancelled_in_flight(asio::io_context& io, socket& a, socket& b,
-                                                 std::size_t size) {
-  auto data = random_bytes(size, 7);
-  const registered_memory region = a.register_memory(data, verbs::access::none);
-  const std::uint64_t direct_before = a.impl()->direct_bytes_written();
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    asio::cancellation_signal signal;
-    write_outcome outcome;
-    a.async_write_some(asio::buffer(data),
-                       asio::bind_cancellation_slot(signal.slot(), record_then_write_marker(a, outcome)));
-    signal.emit(asio::cancellation_type::terminal);
-    co_await expect_reported_then_marker(b, data, outcome);
-    if (outcome->first) {
-      BOOST_TEST((outcome->first == asio::error::operation_aborted), outcome->first.message());
-      BOOST_TEST(outcome->second == 0u);
-    }
-    if (a.transport_in_use() == transport::rdma) {
-      BOOST_TEST(!outcome->first, "the direct write was recalled: " << outcome->first.message());
-      BOOST_TEST(outcome->second > 0u);
-      BOOST_TEST(a.impl()->direct_bytes_written() - direct_before == outcome->second);
-    }
-  });
-}
+void registered_write_cancelled_in_flight(boost::asio::io_context& io, socket& a, socket& b,
+                                          std::size_t size);
 
 /// Closing a socket ends its pending read with operation_aborted; the peer reads eof where a
 /// connection manager tells it (`peer_notified`; bare loopback queue pairs have none).
-inline void close_aborts_pending_and_peer_sees_eof(asio::io_context& io, socket& a, socket& b,
-                                                   bool peer_notified = true) {
-  error_code pending = asio::error::would_block, peer = asio::error::would_block;
-  std::array<char, 8> buf_a, buf_b;
-  a.async_read_some(asio::buffer(buf_a), [&](error_code ec, std::size_t) { pending = ec; });
-  b.async_read_some(asio::buffer(buf_b), [&](error_code ec, std::size_t) { peer = ec; });
-  io.restart();
-  io.run_for(std::chrono::milliseconds(50));
-  a.close();
-  BOOST_TEST(!a.is_open());
-  run_until(io, [&] { return pending != asio::error::would_block && (!peer_notified || peer != asio::error::would_block); });
-  BOOST_TEST((pending == asio::error::operation_aborted), pending.message());
-  if (peer_notified) {
-    BOOST_TEST((peer == asio::error::eof), peer.message());
-  } else {
-    b.close();
-    run_until(io, [&] { return peer != asio::error::would_block; });
-    BOOST_TEST((peer == asio::error::operation_aborted), peer.message());
-  }
-}
+void close_aborts_pending_and_peer_sees_eof(boost::asio::io_context& io, socket& a, socket& b,
+                                            bool peer_notified = true);
 
 /// A lazy operation (asio::deferred) acts on the socket as it is when it starts, as on an Asio
 /// socket: one made while open and started later moves bytes; one started after close() gets
 /// bad_descriptor and touches nothing.
-inline void lazy_operation_acts_on_the_socket_when_started(asio::io_context& io, socket& a, socket& b) {
-  const std::string hello = "hello";
-  std::array<char, 16> in{};
-  auto write = b.async_write_some(asio::buffer(hello), asio::deferred);
-  auto read = a.async_read_some(asio::buffer(in), asio::deferred);
-  error_code wrote = asio::error::would_block, got = asio::error::would_block;
-  std::size_t n = 0;
-  std::move(read)([&](error_code ec, std::size_t k) { got = ec, n = k; });
-  std::move(write)([&](error_code ec, std::size_t) { wrote = ec; });
-  run_until(io, [&] { return wrote != asio::error::would_block && got != asio::error::would_block; });
-  BOOST_TEST(!wrote, wrote.message());
-  BOOST_TEST(!got, got.message());
-  BOOST_TEST(std::string(in.data(), n) == hello.substr(0, n));
-  BOOST_TEST(n > 0u);
-
-  auto late = a.async_read_some(asio::buffer(in), asio::deferred);
-  a.close();
-  got = asio::error::would_block;
-  std::move(late)([&](error_code ec, std::size_t k) { got = ec, n = k; });
-  run_until(io, [&] { return got != asio::error::would_block; });
-  BOOST_TEST((got == asio::error::bad_descriptor), got.message());
-  BOOST_TEST(n == 0u);
-}
-
-/// An allocator that counts what it allocates, to show that a handler's own is used.
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  std::size_t* count;
-  explicit counting_allocator(std::size_t* c) noexcept : count(c) {}
-  template <class U>
-  counting_allocator(const counting_allocator<U>& other) noexcept : count(other.count) {}
-  T* allocate(std::size_t n) {
-    ++*count;
-    return std::allocator<T>().allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
-  template <class U>
-  bool operator==(const counting_allocator<U>& other) const noexcept {
-    return count == other.count;
-  }
-};
+void lazy_operation_acts_on_the_socket_when_started(boost::asio::io_context& io, socket& a, socket& b);
 
 /// Small writes and sends usually complete at once (the transport takes the bytes before the
 /// handler is stored): as with any Asio operation, the handler still never runs inside the
 /// initiating function, runs on its own associated executor, is allocated from its own
 /// associated allocator, and every kind of completion token works.
-inline void small_writes_keep_asio_rules(asio::io_context& io, socket& a, socket& b) {
-  const std::string text = "small";
-  std::size_t stream_writes = 0, messages = 0;
-  auto each_kind = [&](auto message_tag) {
-    constexpr bool message = decltype(message_tag)::value;
-    auto start = [&](auto&& token) {
-      ++(message ? messages : stream_writes);
-      if constexpr (message) {
-        return a.async_send(asio::buffer(text), std::forward<decltype(token)>(token));
-      } else {
-        return a.async_write_some(asio::buffer(text), std::forward<decltype(token)>(token));
-      }
-    };
-    BOOST_TEST_CONTEXT((message ? "async_send" : "async_write_some")) {
-      std::optional<std::size_t> plain;
-      start([&](error_code ec, std::size_t n) {
-        BOOST_TEST(!ec, ec.message());
-        plain = n;
-      });
-      BOOST_TEST(!plain.has_value(), "the handler ran inside the initiating function");
-      run_until(io, [&] { return plain.has_value(); });
-      BOOST_TEST((plain == text.size()));
-
-      asio::io_context other;
-      bool ran = false, on_other = false;
-      start(asio::bind_executor(other, [&](error_code ec, std::size_t) {
-        BOOST_TEST(!ec, ec.message());
-        ran = true;
-        on_other = other.get_executor().running_in_this_thread();
-      }));
-      io.restart();
-      io.run_for(std::chrono::milliseconds(50));
-      BOOST_TEST(!ran, "the handler ran outside its own executor");
-      other.run();
-      BOOST_TEST((ran && on_other));
-
-      std::size_t allocated = 0;
-      bool done = false;
-      start(asio::bind_allocator(counting_allocator<void>(&allocated),
-                                 [&](error_code ec, std::size_t) { done = !ec; }));
-      run_until(io, [&] { return done; });
-      BOOST_TEST(done);
-      BOOST_TEST(allocated > 0u, "the handler's own allocator was not used");
-
-      auto lazy = start(asio::deferred);
-      std::optional<std::size_t> later;
-      std::move(lazy)([&](error_code ec, std::size_t n) {
-        BOOST_TEST(!ec, ec.message());
-        later = n;
-      });
-      run_until(io, [&] { return later.has_value(); });
-      BOOST_TEST((later == text.size()));
-
-      auto work = asio::make_work_guard(io);
-      io.restart();
-      std::thread runner([&] { io.run_for(std::chrono::seconds(20)); });
-      std::future<std::size_t> future = start(asio::use_future);
-      BOOST_TEST((future.wait_for(std::chrono::seconds(20)) == std::future_status::ready));
-      BOOST_TEST(future.get() == text.size());
-      work.reset();
-      io.stop();
-      runner.join();
-    }
-  };
-  each_kind(std::false_type());
-  each_kind(std::true_type());
-  // Everything arrived, in order.
-  run_coroutine(io, [&]() -> asio::awaitable<void> {
-    std::string bytes(stream_writes * text.size(), '\0');
-    co_await asio::async_read(b, asio::buffer(bytes), asio::use_awaitable);
-    BOOST_TEST(bytes == [&] {
-      std::string all;
-      for (std::size_t i = 0; i < stream_writes; ++i) all += text;
-      return all;
-    }());
-    for (std::size_t i = 0; i < messages; ++i) {
-      std::array<char, 64> in{};
-      const std::size_t n = co_await b.async_receive(asio::buffer(in), asio::use_awaitable);
-      BOOST_TEST(std::string(in.data(), n) == text);
-    }
-  });
-}
+void small_writes_keep_asio_rules(boost::asio::io_context& io, socket& a, socket& b);
 
 }  // namespace coverbs::test
