@@ -433,20 +433,20 @@ acceptor_impl::detached acceptor_impl::detach(handshake_link& link) {
 
 // Gives up on a handshake; a result on its way back finds nothing to go to, and is dropped.
 void acceptor_impl::abandon(handshake_list::iterator at) {
-  give_up(at, detach(*at->link));
+  const std::shared_ptr<handshake_link> link = at->link;
+  handshakes_.erase(at);  // first: detach lets go of the link's owner, perhaps the last of this
+  give_up(link, detach(*link));
 }
 
 // An accept sent is aborted where it runs, which destroys its id and so rejects the client.
-void acceptor_impl::give_up(handshake_list::iterator at, detached how) {
-  const std::shared_ptr<handshake_link> link = at->link;
-  handshakes_.erase(at);
+void acceptor_impl::give_up(const std::shared_ptr<handshake_link>& link, detached how) {
   if (how == detached::while_accepting) {
     asio::post(link->where, [link] { link->abort.emit(asio::cancellation_type::terminal); });
   }
 }
 
 // A client that stopped half-way: it is rejected, and its accept takes the next one. A result
-// already on its way is taken instead.
+// already on its way is taken instead. (The deadline's handler holds this.)
 void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which) {
   const auto link = which.lock();
   const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
@@ -455,7 +455,8 @@ void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which
   const detached how = detach(*link);
   if (how == detached::too_late) return;
   waiter w = std::move(*at->taker);
-  give_up(at, how);
+  handshakes_.erase(at);
+  give_up(link, how);
   requeue(std::move(w));
 }
 

@@ -127,7 +127,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void handshake_expired(const std::weak_ptr<handshake_link>& which);
   static detached detach(handshake_link& link);
   void abandon(handshake_list::iterator at);
-  void give_up(handshake_list::iterator at, detached how);
+  static void give_up(const std::shared_ptr<handshake_link>& link, detached how);
 
   boost::asio::any_io_executor executor_;
   socket_options options_;
