@@ -11,18 +11,22 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cctype>
 #include <chrono>
 #include <exception>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "coverbs/acceptor.hpp"
 #include "coverbs/connect.hpp"
+#include "echo_program.hpp"
 #include "test_address.hpp"
 
 namespace coverbs::test {
@@ -141,6 +145,60 @@ void blocking_calls(transport kind) {
   BOOST_TEST((refused == asio::error::connection_refused), refused.message());
   coverbs::connect(unconnected, std::vector<asio::ip::tcp::endpoint>{}, refused);
   BOOST_TEST((refused == asio::error::not_found), refused.message());
+}
+
+void blocking_calls_on_a_thread_pool(transport kind) {
+  namespace asio = boost::asio;
+  asio::io_context server_io;
+  const socket_options options{.kind = kind};
+  acceptor listener(server_io, {test_address(), 0}, options);
+  asio::co_spawn(server_io, echo::server(listener, 1), asio::detached);
+  std::thread server_thread([&] { server_io.run(); });
+  struct stopped {  // also when a check throws
+    asio::io_context& io;
+    std::thread& thread;
+    ~stopped() {
+      io.stop();
+      thread.join();
+    }
+  } stop_on_exit{server_io, server_thread};
+
+  asio::thread_pool pool(2);
+  {
+    socket client(asio::make_strand(pool), options);
+    BOOST_CHECK_NO_THROW(client.connect(listener.local_endpoint()));
+    BOOST_TEST((client.transport_in_use() == kind));
+    for (const std::string line : {"over the pool\n", "and again\n"}) {
+      BOOST_TEST(asio::write(client, asio::buffer(line)) == line.size());
+      std::string echoed;
+      const std::size_t n = asio::read_until(client, asio::dynamic_buffer(echoed), '\n');
+      BOOST_TEST(echoed.substr(0, n) == line);
+    }
+    error_code inside;
+    std::promise<void> ran;
+    asio::post(client.get_executor(), [&] {
+      std::array<char, 4> b{};
+      client.read_some(asio::buffer(b), inside);
+      ran.set_value();
+    });
+    BOOST_TEST((ran.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready));
+    BOOST_TEST((inside == asio::error::would_block), inside.message());
+
+    client.shutdown(asio::socket_base::shutdown_send);
+    error_code end;
+    std::array<char, 8> rest{};
+    BOOST_TEST(client.read_some(asio::buffer(rest), end) == 0u);
+    BOOST_TEST((end == asio::error::eof), end.message());
+    // Closed on its strand, as everything of a connection runs: on the pool's threads.
+    std::promise<void> closed;
+    asio::post(client.get_executor(), [&] {
+      client.close();
+      closed.set_value();
+    });
+    BOOST_TEST((closed.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready));
+    pool.stop();
+    pool.join();
+  }
 }
 
 }  // namespace coverbs::test

@@ -13,4 +13,9 @@ namespace coverbs::test {
 /// fails with would_block instead of stalling that context.
 void blocking_calls(transport kind);
 
+/// A client on a strand of a thread_pool, another kind of context than an io_context: its
+/// blocking calls leave running it to the pool's threads, and wait for them; inside a handler
+/// of the pool a blocking call fails with would_block.
+void blocking_calls_on_a_thread_pool(transport kind);
+
 }  // namespace coverbs::test

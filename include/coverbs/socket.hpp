@@ -246,8 +246,9 @@ class socket : public boost::asio::socket_base {
 
   /// Connects to `peer` as async_connect does, blocking until done. A connection completes
   /// through its execution context, so the socket's io_context runs on the calling thread
-  /// meanwhile (beside any threads that run it); inside that context (from a handler) the call
-  /// fails with `would_block` instead. Throws boost::system::system_error.
+  /// meanwhile (beside any threads that run it; a thread_pool is left to its own threads);
+  /// inside that context (from a handler) the call fails with `would_block` instead. Throws
+  /// boost::system::system_error.
   void connect(const endpoint_type& peer);
   /// As above, reporting failure through `ec`.
   void connect(const endpoint_type& peer, error_code& ec);

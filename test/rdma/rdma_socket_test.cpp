@@ -66,6 +66,9 @@ BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
 BOOST_AUTO_TEST_CASE(blocking_calls) {
   test::blocking_calls(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(blocking_calls_on_a_thread_pool) {
+  test::blocking_calls_on_a_thread_pool(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::rdma);
 }

@@ -67,6 +67,9 @@ BOOST_AUTO_TEST_CASE(available_bytes) {
 BOOST_AUTO_TEST_CASE(blocking_calls) {
   test::blocking_calls(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(blocking_calls_on_a_thread_pool) {
+  test::blocking_calls_on_a_thread_pool(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::tcp);
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <utility>
 
 #include "coverbs/error.hpp"
@@ -20,8 +21,9 @@ class blocking_wait {
   blocking_wait(const blocking_wait&) = delete;
   blocking_wait& operator=(const blocking_wait&) = delete;
 
-  /// `would_block` when this thread runs the executor's io_context already (inside a handler
-  /// of it): blocking there would stop the thread the operation needs, maybe the only one.
+  /// `would_block` when this thread runs the executor's context already (inside a handler of
+  /// it: an io_context, a thread_pool, or a strand over one): blocking there would stop the
+  /// thread the operation needs, maybe the only one.
   error_code refusal() const;
   /// Called by the operation's handler, on whichever thread runs it.
   void finish() noexcept;
@@ -32,6 +34,7 @@ class blocking_wait {
 
  private:
   boost::asio::io_context* io_;  ///< null for another kind of context
+  bool inside_;                  ///< constructed on a thread that runs the context
   std::atomic<bool> done_{false};
 };
 
@@ -42,9 +45,13 @@ void run_blocking(const boost::asio::any_io_executor& executor, error_code& ec, 
   blocking_wait waiting(executor);
   ec = waiting.refusal();
   if (ec) return;
-  std::forward<Start>(start)([&](error_code e) {
-    ec = e;
-    waiting.finish();
+  // Started on the executor, not on this thread: another thread that runs the context (or the
+  // pool, or the strand's) may be running the connection's internals meanwhile.
+  boost::asio::post(executor, [&] {
+    std::forward<Start>(start)([&](error_code e) {
+      ec = e;
+      waiting.finish();
+    });
   });
   waiting.wait();
 }
