@@ -1,4 +1,4 @@
-// The far end of the fault tests that kill their peer (test/peer_kill_tests.hpp): a process of
+// The far end of the fault tests that kill their peer (test/peer_kill_tests.cpp): a process of
 // its own, so that the kernel tears down its queue pairs and sockets when it is killed.
 //
 //   fault_peer tcp|rdma ADDRESS PORT
