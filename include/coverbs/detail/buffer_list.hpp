@@ -8,8 +8,31 @@
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 namespace coverbs::detail {
+
+/// Room for `N` buffers that construction leaves unset. An array of Asio buffers zeroes every
+/// element (their default constructors): hundreds of instructions per operation for room that
+/// mostly stays unused. Only slots stored to are read.
+template <class Buffer, std::size_t N>
+union buffer_slots {
+  buffer_slots() noexcept {}  // NOLINT(modernize-use-equals-default): = default would zero them
+
+  Buffer& operator[](std::size_t i) noexcept { return items[i]; }
+  const Buffer& operator[](std::size_t i) const noexcept { return items[i]; }
+  Buffer* data() noexcept { return items; }
+  const Buffer* data() const noexcept { return items; }
+
+  Buffer items[N];
+};
+
+/// buffer_slots where buffers are plain values; an array where Asio's buffer debugging (on
+/// with _GLIBCXX_DEBUG) gives them a std::function to check their memory with.
+template <class Buffer, std::size_t N>
+using buffer_storage =
+    std::conditional_t<std::is_trivially_copyable_v<Buffer> && std::is_trivially_destructible_v<Buffer>,
+                       buffer_slots<Buffer, N>, std::array<Buffer, N>>;
 
 template <class Buffer>
 class buffer_list {
@@ -27,6 +50,18 @@ class buffer_list {
     }
   }
   buffer_list() = default;
+  /// Copies only the buffers still held.
+  buffer_list(const buffer_list& other) noexcept { *this = other; }
+  buffer_list& operator=(const buffer_list& other) noexcept {
+    const std::size_t from = other.first_, to = other.count_;
+    // To the front: onto itself only where it moves (std::copy's destination may not start
+    // inside its source).
+    if (this != &other || from > 0)
+      std::copy(other.buffers_.data() + from, other.buffers_.data() + to, buffers_.data());
+    count_ = to - from;
+    first_ = 0;
+    return *this;
+  }
 
   std::size_t bytes() const noexcept {
     std::size_t total = 0;
@@ -98,7 +133,7 @@ class buffer_list {
     return done;
   }
 
-  std::array<Buffer, capacity> buffers_{};
+  buffer_storage<Buffer, capacity> buffers_;
   std::size_t count_ = 0;
   std::size_t first_ = 0;
 };

@@ -15,8 +15,10 @@
 // allocates only while its connection or an operation allocated from it holds the pool.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <boost/smart_ptr/intrusive_ptr.hpp>
 #include <cstddef>
 #include <new>
@@ -82,10 +84,10 @@ class operation_memory {
   static constexpr std::size_t alignment = alignof(std::max_align_t);
   static constexpr std::size_t classes = 5;  // 128 B to 2 KiB; larger ones are not kept
   static constexpr std::size_t class_size(std::size_t c) noexcept { return std::size_t{128} << c; }
+  /// The smallest class that holds `size`, or `classes` where none does.
   static std::size_t size_class(std::size_t size) noexcept {
-    std::size_t c = 0;
-    while (c < classes && class_size(c) < size) ++c;
-    return c;
+    if (size <= class_size(0)) return 0;
+    return std::min<std::size_t>(classes, std::bit_width(size - 1) - std::bit_width(class_size(0) - 1));
   }
 
   // Held for a few instructions, so spinning beats sleeping.
