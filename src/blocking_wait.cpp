@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <vector>
 
 namespace coverbs::detail {
 
@@ -31,40 +32,88 @@ bool runs_here(const asio::any_io_executor& executor, asio::io_context* io) {
   return false;
 }
 
-// What a wait on another kind of context sleeps on. Not a member: the waiter may return, and
-// destroy its blocking_wait, as soon as it sees done_, so finish() must not touch the object
-// after setting it (an atomic's notify_all would). Those waits are rare, and all share these.
+// What a wait on another kind of context sleeps on. Not in the shared state: those waits are
+// rare, and all share these.
 std::mutex finished_mutex;
 std::condition_variable finished;
 }  // namespace
 
+bool blocking_wait::shared_state::begin() noexcept {
+  int expected = queued;
+  return phase.compare_exchange_strong(expected, started, std::memory_order_acq_rel);
+}
+
+bool blocking_wait::shared_state::abandon() noexcept {
+  int expected = queued;
+  return phase.compare_exchange_strong(expected, abandoned, std::memory_order_acq_rel);
+}
+
+void blocking_wait::shared_state::signal() noexcept {
+  if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  {
+    const std::lock_guard lock(finished_mutex);
+    done.store(true, std::memory_order_release);
+  }
+  finished.notify_all();
+}
+
+void blocking_wait::ended::operator()() noexcept {
+  // The local keeps the state alive through signal(), after which the waiter may return.
+  if (const std::shared_ptr<shared_state> state = std::exchange(state_, nullptr)) state->signal();
+}
+
+asio::cancellation_slot blocking_wait::ended::slot() const noexcept {
+  return state_->canceller.slot();
+}
+
 blocking_wait::blocking_wait(const asio::any_io_executor& executor)
-    : io_(io_context_of(executor)), inside_(runs_here(executor, io_)) {}
+    : executor_(executor),
+      io_(io_context_of(executor)),
+      inside_(runs_here(executor, io_)),
+      state_(std::make_shared<shared_state>()) {}
 
 error_code blocking_wait::refusal() const {
   return inside_ ? error_code(asio::error::would_block) : error_code();
 }
 
-void blocking_wait::finish() noexcept {
-  {
-    const std::lock_guard lock(finished_mutex);
-    done_.store(true, std::memory_order_release);
-  }
-  finished.notify_all();
+void blocking_wait::post_later(std::exception_ptr e) const {
+  if (io_ != nullptr) asio::post(*io_, [e = std::move(e)] { std::rethrow_exception(e); });
 }
 
-void blocking_wait::wait() {
+// noexcept: with the operation under way, nothing may leave wait() before its end (a failure
+// to allocate here ends the program instead).
+void blocking_wait::hold(std::exception_ptr e, std::exception_ptr& first,
+                         std::vector<std::exception_ptr>& more) const noexcept {
+  if (first) return more.push_back(std::move(e));
+  first = std::move(e);
+  asio::post(executor_, [s = state_] { s->canceller.emit(asio::cancellation_type::terminal); });
+}
+
+std::exception_ptr blocking_wait::wait() {
+  shared_state& state = *state_;
+  std::exception_ptr first;              // thrown by another handler while the operation ran
+  std::vector<std::exception_ptr> more;  // posted once the wait is over, or this loop reruns them
   if (io_ == nullptr) {
     std::unique_lock lock(finished_mutex);
-    finished.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
-    return;
+    finished.wait(lock, [&] { return state.done.load(std::memory_order_acquire); });
   }
-  // run_one returns after any handler, ours or not, at once; the limit bounds the wait only
-  // when another thread that runs the context runs ours.
-  while (!done_.load(std::memory_order_acquire)) {
-    if (io_->stopped()) io_->restart();
-    io_->run_one_for(std::chrono::milliseconds(20));
+  while (!state.done.load(std::memory_order_acquire)) {
+    try {
+      if (io_->stopped()) io_->restart();
+      // run_one returns after any handler, ours or not, at once; the limit bounds the wait
+      // only when another thread that runs the context runs ours.
+      io_->run_one_for(std::chrono::milliseconds(20));
+    } catch (...) {
+      if (state.abandon()) throw;  // nothing under way: as Asio's run() would, at once
+      hold(std::current_exception(), first, more);
+    }
   }
+  for (std::exception_ptr& e : more) post_later(std::move(e));
+  if (state.start_error) {
+    if (first) post_later(std::move(first));
+    std::rethrow_exception(state.start_error);
+  }
+  return first;
 }
 
 }  // namespace coverbs::detail

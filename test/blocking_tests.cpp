@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -20,7 +21,9 @@
 #include <chrono>
 #include <exception>
 #include <future>
+#include <iterator>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,12 +35,95 @@
 
 namespace coverbs::test {
 
+namespace {
+namespace asio = boost::asio;
+
+/// A thread that runs a server's context until it runs out of work (then stopped() is true);
+/// stopped and joined by stop() or at destruction, also when a check throws.
+class server_runner {
+ public:
+  explicit server_runner(asio::io_context& io)
+      : io_(io), thread_([this] {
+          io_.run();
+          stopped_ = true;
+        }) {}
+  server_runner(const server_runner&) = delete;
+  server_runner& operator=(const server_runner&) = delete;
+  ~server_runner() { stop(); }
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    io_.stop();
+    thread_.join();
+  }
+  const std::atomic<bool>& stopped() const noexcept { return stopped_; }
+
+ private:
+  asio::io_context& io_;
+  std::atomic<bool> stopped_ = false;
+  std::thread thread_;  // last: it starts once the others are set
+};
+
+/// Closes the client and runs its context until the server's has run out of work, as it does
+/// once both ends are closed: the client's end goes on in client_io (an RDMA close waits for
+/// its sends).
+void close_and_wait(socket& client, asio::io_context& client_io, const std::atomic<bool>& server_stopped) {
+  client.close();
+  client_io.restart();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!server_stopped && std::chrono::steady_clock::now() < deadline) {
+    client_io.run_one_for(std::chrono::milliseconds(20));
+  }
+  BOOST_TEST(server_stopped.load());
+}
+
+/// A buffer sequence that throws when read, as a start (where the socket copies it) would.
+struct failing_buffers {
+  struct iterator {
+    using value_type = asio::mutable_buffer;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const asio::mutable_buffer*;
+    using reference = asio::mutable_buffer;
+    using iterator_category = std::forward_iterator_tag;
+    bool end = false;
+    asio::mutable_buffer operator*() const { throw std::runtime_error("sequence"); }
+    iterator& operator++() {
+      end = true;
+      return *this;
+    }
+    iterator operator++(int) {
+      iterator before = *this;
+      end = true;
+      return before;
+    }
+    bool operator==(const iterator&) const = default;
+  };
+  iterator begin() const { return {}; }
+  iterator end() const { return {true}; }
+};
+
+/// The server's side of the word exchange: five bytes read, sent back upper-cased.
+asio::awaitable<std::string> read_word(socket& s) {
+  std::string word(5, '\0');
+  co_await asio::async_read(s, asio::buffer(word), asio::use_awaitable);
+  co_return word;
+}
+asio::awaitable<void> answer_upper_cased(socket& s, std::string word) {
+  std::transform(word.begin(), word.end(), word.begin(), [](char c) { return std::toupper(c); });
+  co_await asio::async_write(s, asio::buffer(word), asio::use_awaitable);
+}
+
+/// Whether `e` says `what`.
+auto says(const char* what) {
+  return [what](const std::runtime_error& e) { return std::string(e.what()) == what; };
+}
+}  // namespace
+
 /// The client's io_context is never run but by its blocking calls. The server answers: the
 /// five bytes written, upper-cased; the message sent, reversed; then a line; then it waits
 /// for the end of the stream and closes. Inside a handler of its own context a blocking call
 /// fails with would_block instead of stalling that context.
 void blocking_calls(transport kind) {
-  namespace asio = boost::asio;
   using asio::use_awaitable;
   asio::io_context server_io, client_io;
   const socket_options options{.kind = kind};
@@ -54,10 +140,7 @@ void blocking_calls(transport kind) {
       server_io,
       [&]() -> asio::awaitable<void> {
         socket s = co_await listener.async_accept(use_awaitable);
-        std::string word(5, '\0');
-        co_await asio::async_read(s, asio::buffer(word), use_awaitable);
-        std::transform(word.begin(), word.end(), word.begin(), [](char c) { return std::toupper(c); });
-        co_await asio::async_write(s, asio::buffer(word), use_awaitable);
+        co_await answer_upper_cased(s, co_await read_word(s));
         std::array<char, 64> message{};
         const std::size_t n = co_await s.async_receive(asio::buffer(message), use_awaitable);
         std::reverse(message.begin(), message.begin() + static_cast<std::ptrdiff_t>(n));
@@ -70,20 +153,7 @@ void blocking_calls(transport kind) {
         s.close();
       },
       [&](std::exception_ptr e) { server_failure = e; });
-  std::atomic<bool> server_stopped = false;
-  std::thread server_thread([&] {
-    server_io.run();
-    server_stopped = true;
-  });
-  struct joined {  // also when a check throws
-    asio::io_context& io;
-    std::thread& thread;
-    ~joined() {
-      if (!thread.joinable()) return;
-      io.stop();
-      thread.join();
-    }
-  } join_on_exit{server_io, server_thread};
+  server_runner server(server_io);
 
   socket client(client_io, options);
   const std::vector<asio::ip::tcp::endpoint> candidates{nobody, listener.local_endpoint()};
@@ -126,17 +196,8 @@ void blocking_calls(transport kind) {
   BOOST_TEST(text.size() - line + got == 8u);  // "and more", partly read by read_until
   BOOST_CHECK_THROW(client.read_some(asio::buffer(rest)), boost::system::system_error);
 
-  // The server's context runs out of work once both ends are closed; the client's end goes on
-  // in client_io (an RDMA close waits for its sends), run here meanwhile.
-  client.close();
-  client_io.restart();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!server_stopped && std::chrono::steady_clock::now() < deadline) {
-    client_io.run_one_for(std::chrono::milliseconds(20));
-  }
-  BOOST_TEST(server_stopped.load());
-  server_io.stop();
-  server_thread.join();
+  close_and_wait(client, client_io, server.stopped());
+  server.stop();
   BOOST_TEST(!server_failure);
   BOOST_TEST(server_saw_eof);
 
@@ -149,20 +210,11 @@ void blocking_calls(transport kind) {
 }
 
 void blocking_calls_on_a_thread_pool(transport kind) {
-  namespace asio = boost::asio;
   asio::io_context server_io;
   const socket_options options{.kind = kind};
   acceptor listener(server_io, {test_address(), 0}, options);
   asio::co_spawn(server_io, echo::server(listener, 1), asio::detached);
-  std::thread server_thread([&] { server_io.run(); });
-  struct stopped {  // also when a check throws
-    asio::io_context& io;
-    std::thread& thread;
-    ~stopped() {
-      io.stop();
-      thread.join();
-    }
-  } stop_on_exit{server_io, server_thread};
+  server_runner server(server_io);
 
   asio::thread_pool pool(2);
   {
@@ -185,6 +237,8 @@ void blocking_calls_on_a_thread_pool(transport kind) {
       });
       return done->get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
     };
+    // Where the start throws (on a thread of the pool), the caller gets the exception.
+    BOOST_CHECK_EXCEPTION(client.read_some(failing_buffers{}), std::runtime_error, says("sequence"));
     error_code inside;
     BOOST_REQUIRE(on_strand([&] {
       std::array<char, 4> b{};
@@ -201,6 +255,80 @@ void blocking_calls_on_a_thread_pool(transport kind) {
     pool.stop();
     pool.join();
   }
+}
+
+/// A handler of the client's context throws while a blocking call runs that context. Before
+/// the call's operation has started, the exception leaves the call at once and the operation
+/// never starts (the next read is not refused as one in progress). With the operation under
+/// way, the call cancels it, waits for its end, and then lets the exception go: the answer
+/// that comes after that is the next read's, not lost (where the answer beats the cancel, the
+/// call returns it and the exception leaves the context's next run). A start that throws (here, reading the
+/// buffer sequence) throws from the call.
+void blocking_calls_meet_throwing_handlers(transport kind) {
+  using asio::use_awaitable;
+  asio::io_context server_io, client_io;
+  const socket_options options{.kind = kind};
+  acceptor listener(server_io, {test_address(), 0}, options);
+  // The server answers only once released, by the client's throwing handler: the client's read
+  // is surely under way when that throws.
+  asio::steady_timer release(server_io, std::chrono::seconds(60));  // a watchdog, too
+  bool released = false;
+  std::exception_ptr server_failure;
+  asio::co_spawn(
+      server_io,
+      [&]() -> asio::awaitable<void> {
+        socket s = co_await listener.async_accept(use_awaitable);
+        std::string word = co_await read_word(s);
+        if (!released) co_await release.async_wait(asio::as_tuple(use_awaitable));
+        co_await answer_upper_cased(s, std::move(word));
+        char byte = 0;
+        co_await s.async_read_some(asio::buffer(&byte, 1), asio::as_tuple(use_awaitable));  // the end
+        s.close();
+      },
+      [&](std::exception_ptr e) { server_failure = e; });
+  server_runner server(server_io);
+
+  socket client(client_io, options);
+  BOOST_REQUIRE_NO_THROW(client.connect(listener.local_endpoint()));
+  BOOST_TEST(asio::write(client, asio::buffer("hello", 5)) == 5u);
+
+  std::string upper(5, '\0');
+  asio::post(client_io, [] { throw std::runtime_error("before"); });
+  BOOST_CHECK_EXCEPTION(client.read_some(asio::buffer(upper)), std::runtime_error, says("before"));
+  BOOST_CHECK_EXCEPTION(client.read_some(failing_buffers{}), std::runtime_error, says("sequence"));
+
+  // Cancelled by the exception, the read ends before the server's answer: that comes to the
+  // next read. (Had the read started before "before", that would now wait for an answer that
+  // never comes: the watchdog ends it.)
+  asio::steady_timer soon(client_io, std::chrono::milliseconds(20));
+  soon.async_wait([&](error_code) {
+    asio::post(server_io, [&] {
+      released = true;
+      release.cancel();
+    });
+    throw std::runtime_error("during");
+  });
+  std::string during;
+  std::size_t n = 0;
+  try {
+    n = asio::read(client, asio::buffer(upper));
+  } catch (const std::runtime_error& e) {
+    during = e.what();
+  }
+  if (during.empty()) {
+    // The answer beat the cancel (in the same batch of completions, say): the read's result
+    // is kept, and the exception leaves the context's next run.
+    BOOST_TEST(n == 5u);
+    BOOST_CHECK_EXCEPTION(client_io.poll(), std::runtime_error, says("during"));
+  } else {
+    BOOST_TEST(during == "during");
+    BOOST_TEST(asio::read(client, asio::buffer(upper)) == 5u);
+  }
+  BOOST_TEST(upper == "HELLO");
+
+  close_and_wait(client, client_io, server.stopped());
+  server.stop();
+  BOOST_TEST(!server_failure);
 }
 
 }  // namespace coverbs::test

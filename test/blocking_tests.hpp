@@ -15,7 +15,14 @@ void blocking_calls(transport kind);
 
 /// A client on a strand of a thread_pool, another kind of context than an io_context: its
 /// blocking calls leave running it to the pool's threads, and wait for them; inside a handler
-/// of the pool a blocking call fails with would_block.
+/// of the pool a blocking call fails with would_block, and an exception that a call's start
+/// throws on the pool leaves the call.
 void blocking_calls_on_a_thread_pool(transport kind);
+
+/// A handler of the client's context throws while a blocking call runs it: before the call's
+/// operation has started, the exception leaves the call at once and nothing starts; with the
+/// operation under way, the call cancels it and waits for its end first, losing nothing that
+/// arrives later. A start that throws throws from the call, on an io_context as on a pool.
+void blocking_calls_meet_throwing_handlers(transport kind);
 
 }  // namespace coverbs::test

@@ -248,7 +248,9 @@ class socket : public boost::asio::socket_base {
   /// through its execution context, so the socket's io_context runs on the calling thread
   /// meanwhile (beside any threads that run it; a thread_pool is left to its own threads);
   /// inside that context (from a handler) the call fails with `would_block` instead. Throws
-  /// boost::system::system_error.
+  /// boost::system::system_error; an exception another handler throws meanwhile comes out of
+  /// the call as out of run(), once the operation has been cancelled and has ended (see
+  /// docs/porting-from-asio.md).
   void connect(const endpoint_type& peer);
   /// As above, reporting failure through `ec`.
   void connect(const endpoint_type& peer, error_code& ec);

@@ -70,6 +70,9 @@ BOOST_AUTO_TEST_CASE(blocking_calls) {
 BOOST_AUTO_TEST_CASE(blocking_calls_on_a_thread_pool) {
   test::blocking_calls_on_a_thread_pool(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(blocking_calls_meet_throwing_handlers) {
+  test::blocking_calls_meet_throwing_handlers(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::tcp);
 }
