@@ -445,12 +445,18 @@ void acceptor_impl::give_up(const std::shared_ptr<handshake_link>& link, detache
   }
 }
 
+acceptor_impl::handshake_list::iterator acceptor_impl::find_handshake(
+    const std::shared_ptr<handshake_link>& link) {
+  return std::find_if(handshakes_.begin(), handshakes_.end(),
+                      [&link](const handshake& h) { return h.link == link; });
+}
+
 // A client that stopped half-way: it is rejected, and its accept takes the next one. A result
 // already on its way is taken instead. (The deadline's handler holds this.)
 void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which) {
   const auto link = which.lock();
-  const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
-                               [&link](const handshake& h) { return link && h.link == link; });
+  if (!link) return;  // its handshake has ended
+  const auto at = find_handshake(link);
   if (at == handshakes_.end() || !at->taker) return;
   const detached how = detach(*link);
   if (how == detached::too_late) return;
@@ -462,8 +468,7 @@ void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which
 
 void acceptor_impl::handshake_done(const std::shared_ptr<handshake_link>& link, error_code ec,
                                    const std::shared_ptr<rdma_stream>& stream, connection c) {
-  const auto at = std::find_if(handshakes_.begin(), handshakes_.end(),
-                               [&link](const handshake& h) { return h.link == link; });
+  const auto at = find_handshake(link);
   const bool wanted = !ec && at != handshakes_.end() && !closed_;
   if (!wanted && stream) drop(stream);
   if (at == handshakes_.end()) return;  // given up on: its accept has completed already

@@ -125,6 +125,8 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   /// running there, with the accept sent (so `abort` reaches it) or not yet.
   enum class detached { too_late, before_accepting, while_accepting };
   void handshake_expired(const std::weak_ptr<handshake_link>& which);
+  /// The handshake `link` serves, or end() where it has ended.
+  handshake_list::iterator find_handshake(const std::shared_ptr<handshake_link>& link);
   static detached detach(handshake_link& link);
   void abandon(handshake_list::iterator at);
   static void give_up(const std::shared_ptr<handshake_link>& link, detached how);
