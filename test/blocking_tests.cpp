@@ -258,12 +258,12 @@ void blocking_calls_on_a_thread_pool(transport kind) {
 }
 
 /// A handler of the client's context throws while a blocking call runs that context. Before
-/// the call's operation has started, the exception leaves the call at once and the operation
-/// never starts (the next read is not refused as one in progress). With the operation under
-/// way, the call cancels it, waits for its end, and then lets the exception go: the answer
-/// that comes after that is the next read's, not lost (where the answer beats the cancel, the
-/// call returns it and the exception leaves the context's next run). A start that throws (here, reading the
-/// buffer sequence) throws from the call.
+/// the call's operation has started, the exception leaves the call at once and no read is left
+/// behind (the next read is not refused as one in progress). With the operation under way, the
+/// call cancels it, waits for its end, and then lets the exception go: the answer that comes
+/// after that is the next read's, not lost (where the answer beats the cancel, the call
+/// returns it and the exception leaves the context's next run). A start that throws (here,
+/// reading the buffer sequence) throws from the call.
 void blocking_calls_meet_throwing_handlers(transport kind) {
   using asio::use_awaitable;
   asio::io_context server_io, client_io;
@@ -298,8 +298,8 @@ void blocking_calls_meet_throwing_handlers(transport kind) {
   BOOST_CHECK_EXCEPTION(client.read_some(failing_buffers{}), std::runtime_error, says("sequence"));
 
   // Cancelled by the exception, the read ends before the server's answer: that comes to the
-  // next read. (Had the read started before "before", that would now wait for an answer that
-  // never comes: the watchdog ends it.)
+  // next read. (A read left behind by "before" would make the reads here fail with
+  // in_progress.)
   asio::steady_timer soon(client_io, std::chrono::milliseconds(20));
   soon.async_wait([&](error_code) {
     asio::post(server_io, [&] {

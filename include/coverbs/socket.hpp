@@ -248,8 +248,10 @@ class socket : public boost::asio::socket_base {
   /// through its execution context, so the socket's io_context runs on the calling thread
   /// meanwhile (beside any threads that run it; a thread_pool is left to its own threads);
   /// inside that context (from a handler) the call fails with `would_block` instead. Throws
-  /// boost::system::system_error; an exception another handler throws meanwhile comes out of
-  /// the call as out of run(), once the operation has been cancelled and has ended (see
+  /// boost::system::system_error. An exception another handler throws meanwhile comes out of
+  /// the call as out of run(): at once where the call's operation had not started, else once
+  /// the operation, cancelled, has ended (unless it succeeded all the same: then the call
+  /// returns and the exception comes out of the context's next run; see
   /// docs/porting-from-asio.md).
   void connect(const endpoint_type& peer);
   /// As above, reporting failure through `ec`.

@@ -17,7 +17,7 @@ namespace coverbs::detail {
 /// mostly stays unused. Only slots stored to are read.
 template <class Buffer, std::size_t N>
 union buffer_slots {
-  buffer_slots() noexcept {}  // NOLINT(modernize-use-equals-default): = default would zero them
+  buffer_slots() noexcept {}  // NOLINT(modernize-use-equals-default): defaulted, it is deleted
 
   Buffer& operator[](std::size_t i) noexcept { return items[i]; }
   const Buffer& operator[](std::size_t i) const noexcept { return items[i]; }
