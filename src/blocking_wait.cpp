@@ -82,17 +82,28 @@ void blocking_wait::post_later(std::exception_ptr e) const {
 
 // noexcept: with the operation under way, nothing may leave wait() before its end (a failure
 // to allocate here ends the program instead).
-void blocking_wait::hold(std::exception_ptr e, std::exception_ptr& first,
-                         std::vector<std::exception_ptr>& more) const noexcept {
-  if (first) return more.push_back(std::move(e));
-  first = std::move(e);
+void blocking_wait::hold(std::exception_ptr e) noexcept {
+  if (first_) return more_.push_back(std::move(e));
+  first_ = std::move(e);
   asio::post(executor_, [s = state_] { s->canceller.emit(asio::cancellation_type::terminal); });
 }
 
-std::exception_ptr blocking_wait::wait() {
+void blocking_wait::post_held() {
+  if (first_) post_later(std::exchange(first_, nullptr));
+  for (std::exception_ptr& e : more_) post_later(std::move(e));
+  more_.clear();
+}
+
+void blocking_wait::settle(bool failed) {
+  if (!first_) return;
+  if (!failed) return post_held();
+  const std::exception_ptr first = std::exchange(first_, nullptr);
+  post_held();
+  std::rethrow_exception(first);
+}
+
+void blocking_wait::wait() {
   shared_state& state = *state_;
-  std::exception_ptr first;              // thrown by another handler while the operation ran
-  std::vector<std::exception_ptr> more;  // posted once the wait is over, or this loop reruns them
   if (io_ == nullptr) {
     std::unique_lock lock(finished_mutex);
     finished.wait(lock, [&] { return state.done.load(std::memory_order_acquire); });
@@ -105,15 +116,13 @@ std::exception_ptr blocking_wait::wait() {
       io_->run_one_for(std::chrono::milliseconds(20));
     } catch (...) {
       if (state.abandon()) throw;  // nothing under way: as Asio's run() would, at once
-      hold(std::current_exception(), first, more);
+      hold(std::current_exception());
     }
   }
-  for (std::exception_ptr& e : more) post_later(std::move(e));
   if (state.start_error) {
-    if (first) post_later(std::move(first));
+    post_held();
     std::rethrow_exception(state.start_error);
   }
-  return first;
 }
 
 }  // namespace coverbs::detail

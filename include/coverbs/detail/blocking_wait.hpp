@@ -61,11 +61,9 @@ class blocking_wait {
   /// io_context throws while it runs here is rethrown at once where the start has not run (it
   /// then never does). Otherwise the operation is cancelled and waited for, since it may be
   /// using the caller's memory (what cannot be recalled, as a large TCP write the kernel is
-  /// taking, ends when it ends), and the first such exception is returned: the caller
-  /// rethrows it, or, where the operation had succeeded all the same, posts it (see
-  /// post_later) rather than lose the result. Any later ones are posted.
+  /// taking, ends when it ends), and the exception is held for settle().
   template <class Start>
-  [[nodiscard]] std::exception_ptr run(Start&& start) {
+  void run(Start&& start) {
     boost::asio::post(executor_, [state = state_, &start] {
       // Where the caller has given up (abandoned), its frame may be gone: touch none of it.
       if (!state->begin()) return;
@@ -76,8 +74,14 @@ class blocking_wait {
       }
       state->signal();
     });
-    return wait();
+    wait();
   }
+
+  /// After run(): where another handler threw while the operation ran, rethrows the first
+  /// such exception if the operation `failed` (cancelled by it, as a rule), or else posts it
+  /// rather than lose the result (see post_later). Any later ones are posted after it, so
+  /// that they leave in the order they were thrown.
+  void settle(bool failed);
 
   /// Posts `e` to the io_context, to leave the next run() (or blocking call) that runs it, as
   /// if the handler that threw it had run then (on a context that several threads run, that
@@ -99,14 +103,16 @@ class blocking_wait {
     void signal() noexcept;
   };
 
-  std::exception_ptr wait();
-  void hold(std::exception_ptr e, std::exception_ptr& first,
-            std::vector<std::exception_ptr>& more) const noexcept;
+  void wait();
+  void hold(std::exception_ptr e) noexcept;
+  void post_held();
 
   boost::asio::any_io_executor executor_;
   boost::asio::io_context* io_;  ///< null for another kind of context
   bool inside_;                  ///< constructed on a thread that runs the context
   std::shared_ptr<shared_state> state_;
+  std::exception_ptr first_;              ///< thrown by another handler while the operation ran
+  std::vector<std::exception_ptr> more_;  ///< and after it, before the operation's end
 };
 
 /// Runs `start(handler)`, an operation completing with `void(error_code, Results...)`, to its
@@ -122,7 +128,7 @@ void run_blocking_to(const boost::asio::any_io_executor& executor, error_code& e
   // Started on the executor, not on this thread: another thread that runs the context (or the
   // pool, or the strand's) may be running the connection's internals meanwhile. `ec` and what
   // `store` refers to are alive until the handler's end: run() returns only after it.
-  const std::exception_ptr thrown = waiting.run([&](blocking_wait::ended end) {
+  waiting.run([&](blocking_wait::ended end) {
     const auto slot = end.slot();
     std::forward<Start>(start)(boost::asio::bind_cancellation_slot(
         slot, [&ec, &store, end = std::move(end)](error_code e, auto... results) mutable {
@@ -131,9 +137,7 @@ void run_blocking_to(const boost::asio::any_io_executor& executor, error_code& e
           end();
         }));
   });
-  if (!thrown) return;
-  if (ec) std::rethrow_exception(thrown);
-  waiting.post_later(thrown);
+  waiting.settle(static_cast<bool>(ec));
 }
 
 /// Runs `start(handler)`, an operation completing with `void(error_code)`, to its end.

@@ -21,18 +21,26 @@ union buffer_slots {
 
   Buffer& operator[](std::size_t i) noexcept { return items[i]; }
   const Buffer& operator[](std::size_t i) const noexcept { return items[i]; }
-  Buffer* data() noexcept { return items; }
-  const Buffer* data() const noexcept { return items; }
+  /// Stores `b` in slot `i`. Assigned through the member, as C++20 [class.union] asks for the
+  /// member's lifetime to begin (an assignment through operator[]'s reference would not).
+  void set(std::size_t i, const Buffer& b) noexcept { items[i] = b; }
 
   Buffer items[N];
 };
 
+/// An array with buffer_slots' set(), for buffers that are not plain values.
+template <class Buffer, std::size_t N>
+struct buffer_array : std::array<Buffer, N> {
+  void set(std::size_t i, const Buffer& b) { (*this)[i] = b; }
+};
+
 /// buffer_slots where buffers are plain values; an array where Asio's buffer debugging (on
-/// with _GLIBCXX_DEBUG) gives them a std::function to check their memory with.
+/// with _GLIBCXX_DEBUG) gives them a std::function to check their memory with (there, copies
+/// allocate, and a failure to allocate in a noexcept copy below ends the program).
 template <class Buffer, std::size_t N>
 using buffer_storage =
     std::conditional_t<std::is_trivially_copyable_v<Buffer> && std::is_trivially_destructible_v<Buffer>,
-                       buffer_slots<Buffer, N>, std::array<Buffer, N>>;
+                       buffer_slots<Buffer, N>, buffer_array<Buffer, N>>;
 
 template <class Buffer>
 class buffer_list {
@@ -46,7 +54,7 @@ class buffer_list {
     for (auto it = boost::asio::buffer_sequence_begin(sequence);
          it != boost::asio::buffer_sequence_end(sequence) && count_ < capacity; ++it) {
       Buffer b(*it);
-      if (b.size() > 0) buffers_[count_++] = b;
+      if (b.size() > 0) buffers_.set(count_++, b);
     }
   }
   buffer_list() = default;
@@ -54,10 +62,8 @@ class buffer_list {
   buffer_list(const buffer_list& other) noexcept { *this = other; }
   buffer_list& operator=(const buffer_list& other) noexcept {
     const std::size_t from = other.first_, to = other.count_;
-    // To the front: onto itself only where it moves (std::copy's destination may not start
-    // inside its source).
-    if (this != &other || from > 0)
-      std::copy(other.buffers_.data() + from, other.buffers_.data() + to, buffers_.data());
+    // To the front, in order: onto itself too, where each slot is read before it is written.
+    for (std::size_t i = from; i < to; ++i) buffers_.set(i - from, other.buffers_[i]);
     count_ = to - from;
     first_ = 0;
     return *this;
