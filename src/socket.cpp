@@ -159,7 +159,9 @@ socket::endpoint_type socket::local_endpoint() const {
 
 std::size_t socket::available(error_code& ec) const {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
-  return impl_ ? impl_->available() : 0;
+  if (!impl_) return 0;
+  impl_->want_input();  // so that a later call sees what has arrived meanwhile
+  return impl_->available();
 }
 
 std::size_t socket::available() const {

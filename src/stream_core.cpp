@@ -169,6 +169,7 @@ void stream_core::read_some(const mutable_buffer_list& buffers, size_handler han
   read_.emplace(buffers, std::move(handler));
   watch(*read_, op::read);
   serve_read(true);
+  if (read_) want_input();
 }
 
 void stream_core::serve_read(bool defer) {
@@ -213,6 +214,7 @@ void stream_core::receive_message(const mutable_buffer_list& buffers, size_handl
   receive_.emplace(buffers, std::move(handler));
   watch(*receive_, op::receive);
   serve_receive(true);
+  if (receive_) want_input();
 }
 
 void stream_core::serve_receive(bool defer) {
@@ -339,6 +341,7 @@ void stream_core::receive_immediate(immediate_handler handler) {
   if (slot.is_connected()) {
     slot.assign([this](boost::asio::cancellation_type) { fail_immediate_waiter(error::operation_aborted, true); });
   }
+  want_input();
 }
 
 void stream_core::fail_immediate_waiter(error_code ec, bool defer) {

@@ -70,6 +70,12 @@ frame_type response_to(kind k) {
   return frame_type::close;
 }
 
+// Frames the peer's one-sided operations send, for this side's library to answer.
+bool is_request(frame_type t) {
+  return t == frame_type::write || t == frame_type::write_with_immediate || t == frame_type::read_request ||
+         t == frame_type::atomic_fetch_add || t == frame_type::atomic_compare_swap;
+}
+
 error_code check_atomic_arguments(const one_sided_request& r) {
   if (r.local.size < 8 || r.remote.length < 8) return make_error_code(errc::buffer_too_small);
   if (r.remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(r.local.data) % 8 != 0) {
@@ -123,12 +129,17 @@ void tcp_stream::read_frames() {
       continue;
     }
     if (inbox_end_ - inbox_begin_ < wire::header_size) {
-      if (!large_payload_in_hand()) return fill_inbox();
-      if (!read_after_large_frame()) return;
-      continue;
+      if (large_payload_in_hand()) {
+        if (!read_after_large_frame()) return;
+        continue;
+      }
+      inbox_idle_ = !input_wanted();
+      if (inbox_idle_) return;
+      return fill_inbox();
     }
     if (!decode_inbox_header()) return protocol_error();
     inbox_begin_ += wire::header_size;
+    answers_peer_ = answers_peer_ || is_request(header_.type);
     if (header_.type == frame_type::data) {
       data_left_ = header_.payload_length;
       continue;
@@ -144,6 +155,26 @@ void tcp_stream::read_frames() {
     if (!take_payload()) return;  // the rest is on its way; on_payload goes on
     handle_frame();
   }
+}
+
+// Between frames, the next read waits until someone wants input, as a read on an Asio socket
+// starts only when its caller asks. A read kept posted at all times is made as soon as a frame
+// has been handled, when the answer to it cannot have come yet: one failed system call per
+// round trip, which costs a microsecond here (bench/analysis.md, session 37). Input is wanted
+// while a user waits for it (want_input), before the peer's hello, with part of a frame in
+// hand, with one-sided operations of ours unanswered, where the peer's requests must be
+// answered without this side's user (answers_peer_), while a write waits for TCP (the peer
+// may be waiting for an answer, or have failed the connection), and after the peer's close
+// (what comes then is answered, or is a protocol error).
+bool tcp_stream::input_wanted() const noexcept {
+  return awaiting_input() || answers_peer_ || limit_ == 0 || inbox_end_ > inbox_begin_ ||
+         !operations_.empty() || writing_ || peer_ended_;
+}
+
+void tcp_stream::want_input() {
+  if (!inbox_idle_ || closed_ || broken_) return;
+  inbox_idle_ = false;
+  fill_inbox();  // Asio completes it later, never inside this call
 }
 
 // Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
@@ -708,6 +739,7 @@ void tcp_stream::start_operation(one_sided_op op) {
   if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
   operations_.push_back(std::move(op));
   send_requests();
+  want_input();  // its answers
 }
 
 // Frames go out in operation order, so responses, which come back in that order, complete
@@ -805,6 +837,8 @@ std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::ac
                                           remote_buffer& remote) {
   lkey = 0;
   remote = regions_.register_region(memory, rights);
+  answers_peer_ = true;
+  want_input();
   return remote.rkey;  // unique while registered, so it is the handle too
 }
 
@@ -853,6 +887,7 @@ void tcp_stream::write_next() {
     return;
   }
   writing_ = true;
+  want_input();
   // Every queued frame (up to the gather array) in one write: one system call for a burst of
   // small frames instead of one each.
   std::size_t pieces = 0;

@@ -168,6 +168,29 @@ BOOST_AUTO_TEST_CASE(large_frames_reach_a_waiting_read_uncopied) {
   BOOST_TEST(large_frame_to_a_waiting_operation(p, coverbs::wire::frame_type::data, 'c') == 64 * 1024u);
 }
 
+// Between frames the stream reads its socket only while input is wanted
+// (docs/tcp-fallback-protocol.md, "Reading on demand"): a frame that comes while nothing waits
+// stays in the kernel until a read asks for it, as on a TCP socket. (A read kept posted was made
+// as soon as the previous frame had been handled, when the answer could not have come yet.)
+BOOST_AUTO_TEST_CASE(reads_the_socket_only_when_input_is_wanted) {
+  test::raw_peer p;
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(50));  // the peer's hello, read while it was awaited
+  const std::uint64_t reads = p.stream->socket_reads();
+  const std::string word = "word";
+  p.send({.type = wire::frame_type::data}, std::as_bytes(std::span(word)));
+  p.io.restart();
+  p.io.run_for(std::chrono::milliseconds(100));
+  BOOST_TEST(p.stream->socket_reads() == reads);  // nothing asked for it yet
+  std::array<char, 8> buf{};
+  test::outcome read;
+  p.a.async_read_some(boost::asio::buffer(buf), test::record(read));
+  test::run_until_done(p.io, [&] { return read.done; });
+  BOOST_TEST(!read.ec);
+  BOOST_TEST(std::string(buf.data(), read.value) == word);
+  BOOST_TEST(p.stream->socket_reads() == reads + 1);
+}
+
 // A large message goes straight into a receive that waits for it, as a read on an Asio socket
 // reads into the caller's buffer, rather than into a slot of the stream's first and then
 // copied (messages_in_parts covers a message that comes in parts).

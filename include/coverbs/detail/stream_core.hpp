@@ -76,6 +76,10 @@ class stream_core : public handler_holder {
   }
   /// Stream bytes received and not yet read: what the next read_some takes without waiting.
   std::size_t available() const noexcept;
+  /// Someone waits for what the peer sends (a read, a receive, an immediate, a one-sided
+  /// operation's answer) or asks what has come (available): a transport that reads only while
+  /// input is wanted starts reading.
+  virtual void want_input() {}
   /// Takes the next whole message; a too-small buffer gets message_size and keeps it queued.
   void receive_message(const mutable_buffer_list& buffers, size_handler handler);
   /// Sends `buffers` as one message (at most `max_message_size()` bytes).
@@ -172,6 +176,8 @@ class stream_core : public handler_holder {
     }
     std::forward<Handler>(handler)(results...);
   }
+  /// Whether a user's read, receive or wait for an immediate is pending.
+  bool awaiting_input() const noexcept { return read_ || receive_ || immediate_waiter_; }
   /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
   void destroy_pending() noexcept;
   /// The buffers of a read waiting for bytes (none are queued then), which the transport may

@@ -45,6 +45,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
                        remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
   void destroy_handlers() noexcept override;
+  void want_input() override;
   /// Read system calls that brought bytes, for tests and diagnostics.
   std::uint64_t socket_reads() const noexcept { return socket_reads_; }
 
@@ -76,6 +77,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void resume_reading();
   void read_frames_later();
   void fill_inbox();
+  bool input_wanted() const noexcept;
   bool read_after_large_frame();
   void return_to_inbox(const mutable_buffer_list& buffers, std::size_t from, std::size_t count);
   void on_inbox(error_code ec, std::size_t n);
@@ -183,6 +185,11 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::vector<std::byte> scratch_;  ///< read responses' payloads; refused writes' (dropped)
   std::size_t held_bytes_ = 0;
   bool read_paused_ = false, reading_ = false;
+  /// Reading stopped between frames, since no one waited for input (input_wanted).
+  bool inbox_idle_ = false;
+  /// Memory was registered for the peer, or the peer sent requests: its requests are answered
+  /// without waiting for this side's user, as an RDMA device answers them.
+  bool answers_peer_ = false;
   unsigned reads_this_turn_ = 0;  ///< read_past_inbox calls since read_frames last yielded
   std::uint64_t socket_reads_ = 0;
   bool closed_ = false;        ///< close() was called
