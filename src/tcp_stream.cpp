@@ -163,9 +163,10 @@ void tcp_stream::read_frames() {
 // round trip, which costs a microsecond here (bench/analysis.md, session 37). Input is wanted
 // while a user waits for it (want_input), before the peer's hello, with part of a frame in
 // hand, with one-sided operations of ours unanswered, where the peer's requests must be
-// answered without this side's user (answers_peer_), while a write waits for TCP (the peer
-// may be waiting for an answer, or have failed the connection), and after the peer's close
-// (what comes then is answered, or is a protocol error).
+// answered without this side's user (answers_peer_), while frames of ours wait for TCP (the
+// peer may be waiting for an answer, or have failed the connection), and after the peer's
+// close (what comes then is answered, or is a protocol error). After a large frame the next
+// header is looked for at once all the same (read_after_large_frame): another likely follows.
 bool tcp_stream::input_wanted() const noexcept {
   return awaiting_input() || answers_peer_ || limit_ == 0 || inbox_end_ > inbox_begin_ ||
          !operations_.empty() || writing_ || peer_ended_;
@@ -173,8 +174,8 @@ bool tcp_stream::input_wanted() const noexcept {
 
 void tcp_stream::want_input() {
   if (!inbox_idle_ || closed_ || broken_) return;
-  inbox_idle_ = false;
   fill_inbox();  // Asio completes it later, never inside this call
+  inbox_idle_ = false;
 }
 
 // Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
@@ -195,12 +196,12 @@ void tcp_stream::read_frames_later() {
 void tcp_stream::fill_inbox() {
   const std::span<std::byte> inbox = writable_inbox();
   const std::size_t have = inbox_end_;
-  reading_ = true;
   // One read_some: read_frames comes back here while the header is not complete.
   socket_.async_read_some(
       boost::asio::buffer(inbox) + have,
       boost::asio::bind_allocator(
           allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
+  reading_ = true;  // only once started: Asio never completes it inside the call, and a throw leaves none
 }
 
 void tcp_stream::on_inbox(error_code ec, std::size_t n) {
@@ -836,9 +837,10 @@ void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bo
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                                           remote_buffer& remote) {
   lkey = 0;
-  remote = regions_.register_region(memory, rights);
+  // Reading first: a failure to start it leaves nothing registered.
   answers_peer_ = true;
   want_input();
+  remote = regions_.register_region(memory, rights);
   return remote.rkey;  // unique while registered, so it is the handle too
 }
 

@@ -158,8 +158,9 @@ class socket : public boost::asio::socket_base {
   endpoint_type remote_endpoint(error_code& ec) const;
 
   /// Bytes received and not yet read, which the next `async_read_some` takes at once, as
-  /// `tcp::socket::available`. Over TCP more may wait in the kernel, not counted yet;
-  /// messages (`async_receive`) are not counted. Throws `bad_descriptor` when not open.
+  /// `tcp::socket::available`. Over TCP more may wait in the kernel, not counted yet: where
+  /// nothing is reading, the call starts a read, so that a later one counts them. Messages
+  /// (`async_receive`) are not counted. Throws `bad_descriptor` when not open.
   std::size_t available() const;
   /// As above, with the error in `ec`.
   std::size_t available(error_code& ec) const;

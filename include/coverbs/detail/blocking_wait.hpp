@@ -46,6 +46,8 @@ class blocking_wait {
   explicit blocking_wait(const boost::asio::any_io_executor& executor);
   blocking_wait(const blocking_wait&) = delete;
   blocking_wait& operator=(const blocking_wait&) = delete;
+  /// Posts what run() held and settle() did not take, rather than lose it.
+  ~blocking_wait() { post_held(); }
 
   /// `would_block` when this thread runs the executor's context already (inside a handler of
   /// it: an io_context, a thread_pool, or a strand over one): blocking there would stop the

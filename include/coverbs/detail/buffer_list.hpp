@@ -21,8 +21,10 @@ union buffer_slots {
 
   Buffer& operator[](std::size_t i) noexcept { return items[i]; }
   const Buffer& operator[](std::size_t i) const noexcept { return items[i]; }
-  /// Stores `b` in slot `i`. Assigned through the member, as C++20 [class.union] asks for the
-  /// member's lifetime to begin (an assignment through operator[]'s reference would not).
+  /// Stores `b` in slot `i`: the one place slots are written. (Until C++26's trivial unions,
+  /// P3074, the language has no way to begin one element's lifetime in a union's array member
+  /// whose type has a default constructor of its own; the buffers are plain values, and
+  /// compilers treat them so.)
   void set(std::size_t i, const Buffer& b) noexcept { items[i] = b; }
 
   Buffer items[N];
