@@ -88,10 +88,13 @@ void blocking_wait::hold(std::exception_ptr e) noexcept {
   asio::post(executor_, [s = state_] { s->canceller.emit(asio::cancellation_type::terminal); });
 }
 
+// Takes them all first: a post that fails part way (out of memory) leaves nothing half-moved
+// for the destructor to post again.
 void blocking_wait::post_held() {
-  if (first_) post_later(std::exchange(first_, nullptr));
-  for (std::exception_ptr& e : more_) post_later(std::move(e));
-  more_.clear();
+  std::exception_ptr first = std::exchange(first_, nullptr);
+  const std::vector<std::exception_ptr> more = std::exchange(more_, {});
+  if (first) post_later(std::move(first));
+  for (const std::exception_ptr& e : more) post_later(e);
 }
 
 void blocking_wait::settle(bool failed) {

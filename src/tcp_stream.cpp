@@ -172,10 +172,13 @@ bool tcp_stream::input_wanted() const noexcept {
          !operations_.empty() || writing_ || peer_ended_;
 }
 
-void tcp_stream::want_input() {
+// noexcept: it runs inside user's calls whose operation is stored by then (a read, a one-sided
+// operation, a queued write), so a failure to allocate the read, which nothing could report,
+// ends the program instead of leaving the operation stored behind an exception.
+void tcp_stream::want_input() noexcept {
   if (!inbox_idle_ || closed_ || broken_) return;
-  fill_inbox();  // Asio completes it later, never inside this call
-  inbox_idle_ = false;
+  inbox_idle_ = false;  // before the start, as reading_ is
+  fill_inbox();         // Asio completes it later, never inside this call
 }
 
 // Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
@@ -196,12 +199,20 @@ void tcp_stream::read_frames_later() {
 void tcp_stream::fill_inbox() {
   const std::span<std::byte> inbox = writable_inbox();
   const std::size_t have = inbox_end_;
-  // One read_some: read_frames comes back here while the header is not complete.
-  socket_.async_read_some(
-      boost::asio::buffer(inbox) + have,
-      boost::asio::bind_allocator(
-          allocator(), [self = shared_from_this()](error_code ec, std::size_t n) { self->on_inbox(ec, n); }));
-  reading_ = true;  // only once started: Asio never completes it inside the call, and a throw leaves none
+  // Set before the start, like all the state its completion reads, and undone if the start
+  // throws: a failure to start leaves no read marked as under way.
+  reading_ = true;
+  try {
+    // One read_some: read_frames comes back here while the header is not complete.
+    socket_.async_read_some(
+        boost::asio::buffer(inbox) + have,
+        boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
+          self->on_inbox(ec, n);
+        }));
+  } catch (...) {
+    reading_ = false;
+    throw;
+  }
 }
 
 void tcp_stream::on_inbox(error_code ec, std::size_t n) {
@@ -837,7 +848,6 @@ void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bo
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
                                           remote_buffer& remote) {
   lkey = 0;
-  // Reading first: a failure to start it leaves nothing registered.
   answers_peer_ = true;
   want_input();
   remote = regions_.register_region(memory, rights);

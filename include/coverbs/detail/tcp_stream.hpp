@@ -45,7 +45,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
                        remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
   void destroy_handlers() noexcept override;
-  void want_input() override;
+  void want_input() noexcept override;
   /// Read system calls that brought bytes, for tests and diagnostics.
   std::uint64_t socket_reads() const noexcept { return socket_reads_; }
 
