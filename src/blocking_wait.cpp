@@ -98,11 +98,9 @@ void blocking_wait::post_held() {
 }
 
 void blocking_wait::settle(bool failed) {
-  if (!first_) return;
-  if (!failed) return post_held();
-  const std::exception_ptr first = std::exchange(first_, nullptr);
+  const std::exception_ptr rethrown = failed ? std::exchange(first_, nullptr) : nullptr;
   post_held();
-  std::rethrow_exception(first);
+  if (rethrown) std::rethrow_exception(rethrown);
 }
 
 void blocking_wait::wait() {
