@@ -191,7 +191,14 @@ void tcp_stream::resume_reading() {
 
 void tcp_stream::read_frames_later() {
   post_unerased(get_executor(), boost::asio::bind_allocator(
-                                    allocator(), [self = shared_from_this()] { self->read_frames(); }));
+                                    allocator(), [self = shared_from_this()] { self->read_frames_anew(); }));
+}
+
+// read_frames entered from the scheduler (a completion, or a posted turn): the reads of the
+// turn before count no more.
+void tcp_stream::read_frames_anew() {
+  reads_this_turn_ = 0;
+  read_frames();
 }
 
 // Reads at least the rest of a header, and as much more as has arrived: the frames that follow
@@ -221,7 +228,7 @@ void tcp_stream::on_inbox(error_code ec, std::size_t n) {
   inbox_end_ += n;
   if (closed_ || broken_) return;
   if (ec) return connection_lost(ec == error::eof && inbox_end_ > inbox_begin_ ? truncated : ec);
-  read_frames();
+  read_frames_anew();
 }
 
 // After a large data frame or message another likely follows. Its header and payload are read
@@ -604,7 +611,7 @@ void tcp_stream::on_payload(error_code ec) {
     return connection_lost(ec == error::eof ? truncated : ec);
   }
   handle_frame();
-  read_frames();
+  read_frames_anew();
 }
 
 void tcp_stream::handle_frame() {

@@ -191,6 +191,38 @@ BOOST_AUTO_TEST_CASE(reads_the_socket_only_when_input_is_wanted) {
   BOOST_TEST(p.stream->socket_reads() == reads + 1);
 }
 
+// read_frames yields to the scheduler after 16 socket reads in one turn (so that a fast peer
+// cannot starve other handlers), and a turn begins wherever the scheduler calls in. Each round
+// here takes one such read: two 10 KiB data frames arrive together, the inbox's 16 KiB read
+// ends inside the second, and its rest is read for the waiting read at once. So every round
+// runs as many handlers as the one before; a count kept across turns made the sixteenth round
+// yield once more.
+BOOST_AUTO_TEST_CASE(a_turn_counts_its_own_socket_reads) {
+  test::raw_peer p;
+  const std::vector<std::byte> payload(10 * 1024, std::byte{'x'});
+  std::vector<std::byte> bytes = test::raw_peer::encode({.type = wire::frame_type::data}, payload);
+  const std::vector<std::byte> second = bytes;
+  bytes.insert(bytes.end(), second.begin(), second.end());
+  std::vector<char> buf(2 * payload.size());
+  std::vector<std::size_t> handlers;
+  for (int round = 0; round < 24; ++round) {
+    test::outcome read;
+    p.a.async_read_some(boost::asio::buffer(buf), test::record(read));
+    p.send_bytes(bytes);  // in the kernel, whole, before the stream reads
+    p.io.restart();
+    std::size_t ran = 0;
+    for (int i = 0; i < 100 && !read.done; ++i) ran += p.io.run_one_for(std::chrono::seconds(1));
+    BOOST_TEST_REQUIRE(read.done);
+    BOOST_TEST_REQUIRE(!read.ec, read.ec.message());
+    BOOST_TEST_REQUIRE(read.value == buf.size());
+    ran += p.io.poll();
+    handlers.push_back(ran);
+  }
+  for (std::size_t round = 2; round < handlers.size(); ++round) {
+    BOOST_TEST(handlers[round] == handlers[1], "round " << round);
+  }
+}
+
 // A large message goes straight into a receive that waits for it, as a read on an Asio socket
 // reads into the caller's buffer, rather than into a slot of the stream's first and then
 // copied (messages_in_parts covers a message that comes in parts).

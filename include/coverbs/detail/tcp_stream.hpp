@@ -74,6 +74,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Receiving.
   void read_frames();
+  void read_frames_anew();
   void resume_reading();
   void read_frames_later();
   void fill_inbox();
@@ -190,7 +191,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// Memory was registered for the peer, or the peer sent requests: its requests are answered
   /// without waiting for this side's user, as an RDMA device answers them.
   bool answers_peer_ = false;
-  unsigned reads_this_turn_ = 0;  ///< read_past_inbox calls since read_frames last yielded
+  unsigned reads_this_turn_ = 0;  ///< socket reads since read_frames_anew
   std::uint64_t socket_reads_ = 0;
   bool closed_ = false;        ///< close() was called
   bool broken_ = false;        ///< the connection failed (or was closed): nothing new starts
