@@ -1,5 +1,6 @@
 #include "coverbs/detail/blocking_wait.hpp"
 
+#include <boost/asio/detail/scheduler.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
@@ -32,10 +33,25 @@ bool runs_here(const asio::any_io_executor& executor, asio::io_context* io) {
   return false;
 }
 
+// Whether `executor` is a thread_pool's (plain, or a strand's over one) that has stopped: by
+// stop(), or by join() once it ran out of work. A stopped pool runs nothing again (it has no
+// restart()). Asio has no public query for it; the pool's scheduler is a service of the pool,
+// and says.
+bool pool_stopped(const asio::any_io_executor& executor) {
+  using pool_executor = asio::thread_pool::executor_type;
+  asio::thread_pool* pool = nullptr;
+  if (const auto* e = executor.target<pool_executor>()) pool = &e->context();
+  if (const auto* s = executor.target<asio::strand<pool_executor>>())
+    pool = &s->get_inner_executor().context();
+  return pool != nullptr && asio::use_service<asio::detail::scheduler>(*pool).stopped();
+}
+
 // What a wait on another kind of context sleeps on. Not in the shared state: those waits are
 // rare, and all share these.
 std::mutex finished_mutex;
 std::condition_variable finished;
+// How often such a wait looks whether its pool has stopped.
+constexpr std::chrono::milliseconds pool_check_interval(50);
 }  // namespace
 
 bool blocking_wait::shared_state::begin() noexcept {
@@ -107,7 +123,16 @@ void blocking_wait::wait() {
   shared_state& state = *state_;
   if (io_ == nullptr) {
     std::unique_lock lock(finished_mutex);
-    finished.wait(lock, [&] { return state.done.load(std::memory_order_acquire); });
+    const auto ended = [&] { return state.done.load(std::memory_order_acquire); };
+    // A start still queued on a stopped pool would never run: the call ends with
+    // operation_aborted. One that has begun may be using the caller's memory (a posted work
+    // request reading it, say), so its end is waited for, however long, and the pool is not
+    // looked at again (another thread may destroy it once the operation has ended).
+    while (state.phase.load(std::memory_order_acquire) == shared_state::queued &&
+           !finished.wait_for(lock, pool_check_interval, ended)) {
+      if (pool_stopped(executor_) && state.abandon()) return;
+    }
+    finished.wait(lock, ended);
   }
   while (!state.done.load(std::memory_order_acquire)) {
     try {

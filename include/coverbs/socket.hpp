@@ -247,7 +247,9 @@ class socket : public boost::asio::socket_base {
 
   /// Connects to `peer` as async_connect does, blocking until done. A connection completes
   /// through its execution context, so the socket's io_context runs on the calling thread
-  /// meanwhile (beside any threads that run it; a thread_pool is left to its own threads);
+  /// meanwhile (beside any threads that run it; a thread_pool is left to its own threads, and
+  /// on one that has stopped a call whose operation had not started ends with
+  /// operation_aborted);
   /// inside that context (from a handler) the call fails with `would_block` instead. Throws
   /// boost::system::system_error. An exception another handler throws meanwhile comes out of
   /// the call as out of run(): at once where the call's operation had not started, else once

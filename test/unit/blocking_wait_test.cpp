@@ -2,12 +2,16 @@
 // handler throws, and whether the operation ends before or after its cancel.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "coverbs/detail/blocking_wait.hpp"
 
@@ -126,6 +130,46 @@ BOOST_AUTO_TEST_CASE(runs_on_a_thread_pool) {
   BOOST_CHECK_THROW(run_blocking(pool.get_executor(), ec, [](auto) { throw std::logic_error("start"); }),
                     std::logic_error);
   pool.join();
+}
+
+// A stopped pool runs nothing again (stop(), or join() once it ran out of work): a call whose
+// start it would never run ends with operation_aborted instead of waiting for ever, on the
+// pool's executor or a strand's over it.
+BOOST_AUTO_TEST_CASE(a_stopped_thread_pool_ends_the_call) {
+  for (const bool stop : {true, false}) {
+    for (const bool strand : {false, true}) {
+      asio::thread_pool pool(1);
+      if (stop) pool.stop();
+      pool.join();
+      const asio::any_io_executor executor = strand ? asio::any_io_executor(asio::make_strand(pool))
+                                                    : asio::any_io_executor(pool.get_executor());
+      error_code ec;
+      bool started = false;
+      run_blocking(executor, ec, [&](auto) { started = true; });
+      BOOST_TEST(ec == asio::error::operation_aborted, (stop ? "stopped" : "joined")
+                                                           << (strand ? ", strand: " : ": ") << ec.message());
+      BOOST_TEST(!started);
+    }
+  }
+}
+
+// The pool stops while the call waits, its start queued behind a handler that is still running.
+BOOST_AUTO_TEST_CASE(a_pool_stopped_during_the_call_ends_it) {
+  asio::thread_pool pool(1);
+  std::promise<void> release;
+  asio::post(pool, [released = release.get_future()] { released.wait(); });
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pool.stop();
+    release.set_value();
+  });
+  error_code ec;
+  bool started = false;
+  run_blocking(pool.get_executor(), ec, [&](auto) { started = true; });
+  stopper.join();
+  pool.join();
+  BOOST_TEST(ec == asio::error::operation_aborted, ec.message());
+  BOOST_TEST(!started);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

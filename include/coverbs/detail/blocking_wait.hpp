@@ -57,7 +57,9 @@ class blocking_wait {
   /// Posts `start(ended)` to the executor, and waits until it has returned and the handler it
   /// gave `ended` to has been called or destroyed. An io_context (the executor's, or a
   /// strand's over it) runs here meanwhile, restarted if it had stopped, beside any threads
-  /// that run it too; another kind of context is left to its own threads.
+  /// that run it too; another kind of context is left to its own threads, and where that is a
+  /// thread_pool that has stopped (it runs nothing again), a start not yet run is given up and
+  /// run() returns with the handler never called.
   ///
   /// An exception that `start` throws is rethrown here. One that another handler of the
   /// io_context throws while it runs here is rethrown at once where the start has not run (it
