@@ -243,6 +243,11 @@ class client {
            "/proc, it reads as more than the 0 bytes its size says); copy it to a regular file first");
       co_return false;
     }
+    if (it.name.size() > ft::max_name) {  // the protocol cannot carry it: no server takes it
+      fail("cannot send " + it.path.string() + ": its name is longer than " + std::to_string(ft::max_name) +
+           " bytes");
+      co_return false;
+    }
     ft::progress shown(std::string(program), it.name, size, isatty(STDOUT_FILENO));
     co_return co_await attempt(ch, "send " + it.path.string(), shown, [&]() -> asio::awaitable<void> {
       co_await ch.send(ft::msg::put(it.name, size, opt_.check));
@@ -256,6 +261,10 @@ class client {
   }
 
   asio::awaitable<bool> fetch(ft::channel& ch, ft::receiver& in, const std::string& name) {
+    if (name.size() > ft::max_name) {  // the protocol cannot carry it: no server has such a file
+      fail("cannot fetch " + name + ": the name is longer than " + std::to_string(ft::max_name) + " bytes");
+      co_return false;
+    }
     ft::progress shown(std::string(program), name, 0, false);
     co_return co_await attempt(ch, "fetch " + name, shown, [&]() -> asio::awaitable<void> {
       // In this frame: a failure removes the temporary file before anything else happens.

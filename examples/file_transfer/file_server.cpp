@@ -31,8 +31,9 @@ constexpr std::string_view usage =
     "                   [--window N] [--slot-size BYTES] [--timeout SECONDS] [--connections N]\n"
     "Serves the files of DIR to file_client, which sends files into it and fetches files from it.\n"
     "  --dir DIR          the directory; names are plain file names in it (no '/', no leading\n"
-    "                     '.'). A file being received is written as .NAME.part-XXXXXX and renamed\n"
-    "                     to NAME, replacing any file of that name, once its size and checksum match\n"
+    "                     '.', no control characters; a symbolic link in it is followed). A file\n"
+    "                     being received is written as .NAME.part-XXXXXX and renamed to NAME,\n"
+    "                     replacing any file of that name, once its size and checksum match\n"
     "  --listen ADDR      IPv4 or IPv6 address to listen on (default 0.0.0.0); RDMA clients need\n"
     "                     the address of an RDMA device, not 127.0.0.1\n"
     "  --port N           port, 0 to let the system pick one (default 7001)\n"
@@ -88,6 +89,9 @@ void say(const Parts&... parts) {
 
 using ft::transfer_error;
 using origin = ft::transfer_error::origin;
+
+// What a name ft::valid_name refuses is told.
+const std::string not_a_plain_name = "not a plain file name (no '/', no leading '.', no control characters)";
 
 class server {
  public:
@@ -184,7 +188,7 @@ class server {
   asio::awaitable<void> receive(std::size_t id, connection& c, const std::string& name, std::uint64_t size,
                                 ft::checksum_kind check) {
     if (!ft::valid_name(name)) {
-      co_return co_await refuse(id, c, "'" + name + "'", "not a plain file name (no '/', no leading '.')");
+      co_return co_await refuse(id, c, "'" + ft::printable(name) + "'", not_a_plain_name);
     }
     std::optional<ft::part_file> part;
     std::string cannot;
@@ -218,7 +222,7 @@ class server {
   asio::awaitable<void> send(std::size_t id, connection& c, const std::string& name,
                              ft::checksum_kind check) {
     if (!ft::valid_name(name)) {
-      co_return co_await refuse(id, c, "'" + name + "'", "not a plain file name (no '/', no leading '.')");
+      co_return co_await refuse(id, c, "'" + ft::printable(name) + "'", not_a_plain_name);
     }
     const fs::path path = opt_.dir / name;
     std::error_code ec;

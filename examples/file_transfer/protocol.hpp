@@ -14,6 +14,7 @@
 // connection (the side that saw it sends error, then closes).
 #pragma once
 
+#include <algorithm>
 #include <coverbs/remote_buffer.hpp>
 #include <cstdint>
 #include <optional>
@@ -113,10 +114,30 @@ constexpr std::uint32_t bytes_of(std::uint32_t imm) {
 
 /// A name the server accepts: one plain path component. No '/' (nothing outside its
 /// directory), no leading '.' (no "..", no hidden files, and never a transfer's own
-/// temporary file), no NUL, at most NAME_MAX bytes.
+/// temporary file), no control characters (a newline would forge lines of the server's log),
+/// at most NAME_MAX bytes.
 inline bool valid_name(std::string_view name) {
+  const auto control = [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; };
   return !name.empty() && name.size() <= max_name && name.front() != '.' &&
-         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+         name.find('/') == std::string_view::npos && std::none_of(name.begin(), name.end(), control);
+}
+
+/// `name` for a log line: control characters as \xNN, so that a refused name cannot forge
+/// lines of the log either.
+inline std::string printable(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+      continue;
+    }
+    constexpr std::string_view hex = "0123456789abcdef";
+    out += "\\x";
+    out += hex[byte >> 4];
+    out += hex[byte & 15];
+  }
+  return out;
 }
 
 namespace wire {

@@ -120,7 +120,18 @@ expect 1 "send a file whose size says 0 but is not empty" \
 expect 1 "send as ../escape" "cannot send .*: server: not a plain file name" \
     "${to_server[@]}" send "$work/several/a.txt" --as ../escape
 check "nothing written outside the served directory" '[ ! -e "$work/escape" ] && only_files "$work/srv" "${served[@]}"'
-if tcp; then
+if tcp; then  # naming rules, the same on either transport
+    # A newline in a name would forge lines of the server's log; the protocol carries NAME_MAX.
+    expect 1 "send as a name with a newline" "cannot send .*: server: not a plain file name" \
+        "${to_server[@]}" send "$work/several/a.txt" --as "$(printf 'new\nline')"
+    refusal="refused 'new\\x0aline': not a plain file name"
+    check "the server logs the refused name on one line" 'grep -qF -- "$refusal" "$log"'
+    long_name=$(printf 'b%.0s' $(seq 256))
+    expect 1 "send as a name of 256 bytes" "cannot send .*: its name is longer than 255 bytes$" \
+        "${to_server[@]}" send "$work/several/a.txt" --as "$long_name"
+    expect 1 "fetch a name of 256 bytes" "cannot fetch b*: the name is longer than 255 bytes$" \
+        "${to_server[@]}" fetch "$long_name" --to "$work/dl"
+    check "neither name was stored" 'only_files "$work/srv" "${served[@]}"'
     expect 1 "fetch an unknown name" 'cannot fetch nope.bin: server: no such file: nope.bin$' \
         "${to_server[@]}" fetch nope.bin --to "$work/dl"
     expect 1 "fetch ../src/big.bin" 'cannot fetch ../src/big.bin: server: not a plain file name' \
