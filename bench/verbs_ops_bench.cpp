@@ -7,7 +7,6 @@
 #include <coverbs/coverbs.hpp>
 #include <array>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +16,8 @@
 #include <new>
 #include <string_view>
 #include <vector>
+
+#include "../examples/command_line.hpp"
 
 // GCC cannot see that the replaced operator new below allocates with malloc.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -154,42 +155,34 @@ result async_write_loop(stage& s, std::size_t iterations, std::size_t size, poll
 
 constexpr std::string_view usage =
     "usage: verbs_ops_bench [--iterations N] [--size BYTES] [--quick]\n"
-    "Times sequential 64-byte RDMA WRITEs through coverbs (each polling mode, coroutine and\n"
-    "callback) against a raw ibv_post_send/ibv_poll_cq loop on the same device, and counts heap\n"
-    "allocations per operation after warm-up. Needs an RDMA device (run it in the test bed VM).\n"
+    "Times sequential RDMA WRITEs (64 bytes by default) through coverbs (each polling mode,\n"
+    "coroutine and callback) against a raw ibv_post_send/ibv_poll_cq loop on the same device,\n"
+    "and counts heap allocations per operation after warm-up. Needs an RDMA device (run it in\n"
+    "the test bed VM).\n"
     "Prints a table and, for bench/run, lines 'csv,verbs,IMPL,rdma,MODE,SIZE,1,METRIC,VALUE'\n"
-    "(IMPL raw or coverbs, MODE like busy-co_await; METRIC ns_per_op or allocs_per_op).\n";
+    "(IMPL raw or coverbs, MODE like busy-co_await; METRIC ns_per_op or allocs_per_op).\n"
+    "  --iterations N   WRITEs per case, at least 2 (default 20000)\n"
+    "  --size BYTES     bytes per WRITE, 1 to 32768, K allowed (default 64)\n"
+    "  --quick          500 WRITEs per case: only checks that every case runs\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t iterations = 20000, size = 64;  // iterations >= 2: the window needs two marks
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto number = [&](std::size_t& out) {
-      const char* text = i + 1 < argc ? argv[++i] : "";
-      auto [end, ec] = std::from_chars(text, text + std::strlen(text), out);
-      if (ec != std::errc() || *end != '\0' || out < 2) {
-        std::cerr << "verbs_ops_bench: " << arg << " takes a number of at least 2\n";
-        std::exit(2);
-      }
-    };
+  std::size_t iterations = 20000, size = 64;
+  cli::arguments args("verbs_ops_bench", argc, argv);
+  while (args.next()) {
+    const auto arg = args.current();
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       return 0;
     } else if (arg == "--iterations") {
-      number(iterations);
+      iterations = args.number_value(2, std::size_t{1} << 30);  // the window needs two marks
     } else if (arg == "--size") {
-      number(size);
-      if (size > 32768) {
-        std::cerr << "verbs_ops_bench: --size is at most 32768\n";
-        return 2;
-      }
+      size = args.number_value(1, 32768);
     } else if (arg == "--quick") {
       iterations = 500;
     } else {
-      std::cerr << "verbs_ops_bench: unknown argument '" << arg << "'\n" << usage;
-      return 2;
+      cli::usage_error("verbs_ops_bench", "unknown option '" + std::string(arg) + "'");
     }
   }
   try {

@@ -72,13 +72,16 @@ class server {
   server(asio::io_context& io, const options& o)
       : acceptor_(io, {o.listen, o.port}, {.kind = o.kind}),
         signals_(io, SIGINT, SIGTERM),
-        limit_(o.connections) {}
+        limit_(o.connections),
+        kind_(o.kind) {}
 
   void start() {
     std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
     if (acceptor_.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
     say("listening on ", acceptor_.local_endpoint(), " (", kinds, ")");
-    if (!acceptor_.accepts_rdma()) say("no RDMA device serves this address: TCP clients only");
+    if (kind_ == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
+      say("no RDMA device serves this address: TCP clients only");
+    }
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -160,6 +163,7 @@ class server {
   asio::signal_set signals_;
   std::map<std::size_t, coverbs::socket> live_;  // a map: sessions hold references into it
   std::size_t limit_, accepted_ = 0;
+  coverbs::transport kind_;  ///< as asked: automatic, or one transport only
   bool stopping_ = false, failed_ = false, reported_ = false;
 };
 

@@ -42,7 +42,9 @@ constexpr std::string_view usage =
     "  --ops N, --keys N, --value-size BYTES     bench (2000, 100, 64) and stress (-, 8, 256)\n"
     "  --writers W, --readers R, --seconds S     stress (2, 2, 3)\n"
     "  --skip-version-check stress: accept slot copies without checking their versions, to show\n"
-    "                       that torn reads happen (the run is then expected to fail)\n"
+    "                       that torn reads happen: against a server whose writes stay open long\n"
+    "                       enough to be caught (kv_server --write-window-us 200) the run then\n"
+    "                       fails, reporting them\n"
     "Exit status: 0 success, 1 not found or any failure, 2 bad arguments.\n";
 
 struct options {

@@ -103,7 +103,8 @@ class server {
         signals_(io, SIGINT, SIGTERM),
         table_(o.table),
         window_(o.window),
-        lock_(io, 1) {}
+        lock_(io, 1),
+        kind_(o.kind) {}
 
   void start() {
     std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
@@ -112,7 +113,9 @@ class server {
     say("listening on ", acceptor_.local_endpoint(), " (", kinds, ")");
     say("table: ", t.slots, " slots of ", t.slot_size(), " bytes (keys up to ", t.max_key, ", values up to ",
         t.max_value, " bytes, ", t.probe_limit, " probes)");
-    if (!acceptor_.accepts_rdma()) say("no RDMA device serves this address: TCP clients only");
+    if (kind_ == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
+      say("no RDMA device serves this address: TCP clients only");
+    }
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -258,6 +261,7 @@ class server {
   kv::table table_;
   std::chrono::microseconds window_;
   asio::experimental::channel<void(error_code)> lock_;  // one token: held while a request runs
+  coverbs::transport kind_;                             // as asked: automatic, or one only
   std::map<std::size_t, coverbs::socket> live_;         // a map: sessions hold references into it
   std::size_t accepted_ = 0;
   bool stopping_ = false, failed_ = false;
