@@ -105,7 +105,9 @@ class server {
     std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
     if (acceptor_.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
     say("listening on ", acceptor_.local_endpoint(), " (", kinds, "), serving ", opt_.dir.string());
-    if (!acceptor_.accepts_rdma()) say("no RDMA device serves this address: TCP clients only");
+    if (opt_.kind == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
+      say("no RDMA device serves this address: TCP clients only");
+    }
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](boost::system::error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");

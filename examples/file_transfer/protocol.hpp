@@ -122,13 +122,13 @@ inline bool valid_name(std::string_view name) {
          name.find('/') == std::string_view::npos && std::none_of(name.begin(), name.end(), control);
 }
 
-/// `name` for a log line: control characters as \xNN, so that a refused name cannot forge
-/// lines of the log either.
-inline std::string printable(std::string_view name) {
+/// A peer's text for a log line or a terminal: control characters as \xNN (and backslashes,
+/// so that what reads as an escape is one), so that it cannot forge lines or move the cursor.
+inline std::string printable(std::string_view text) {
   std::string out;
-  for (const char c : name) {
+  for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
+    if (byte >= 0x20 && byte != 0x7f && c != '\\') {
       out += c;
       continue;
     }
@@ -242,6 +242,7 @@ inline std::optional<message> decode(std::span<const std::byte> in) {
       return m;
     case type::error:
       if (!text(0, max_text)) return {};
+      m.text = printable(m.text);  // it reaches logs and terminals: nothing there may be forged
       return m;
   }
   return {};

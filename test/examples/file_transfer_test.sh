@@ -129,9 +129,12 @@ if tcp; then  # naming rules, the same on either transport
     long_name=$(printf 'b%.0s' $(seq 256))
     expect 1 "send as a name of 256 bytes" "cannot send .*: its name is longer than 255 bytes$" \
         "${to_server[@]}" send "$work/several/a.txt" --as "$long_name"
-    expect 1 "fetch a name of 256 bytes" "cannot fetch b*: the name is longer than 255 bytes$" \
+    expect 1 "fetch a name of 256 bytes" "cannot fetch b{256}: the name is longer than 255 bytes$" \
         "${to_server[@]}" fetch "$long_name" --to "$work/dl"
     check "neither name was stored" 'only_files "$work/srv" "${served[@]}"'
+    # Bytes of 0x80 and above are no control characters: UTF-8 names go through.
+    expect 0 "send as a UTF-8 name" "sent café.txt" "${to_server[@]}" send "$work/several/a.txt" --as café.txt
+    check "it is stored under that name" 'cmp -s "$work/several/a.txt" "$work/srv/café.txt" && rm "$work/srv/café.txt"'
     expect 1 "fetch an unknown name" 'cannot fetch nope.bin: server: no such file: nope.bin$' \
         "${to_server[@]}" fetch nope.bin --to "$work/dl"
     expect 1 "fetch ../src/big.bin" 'cannot fetch ../src/big.bin: server: not a plain file name' \
