@@ -22,27 +22,27 @@ asio::io_context* io_context_of(const asio::any_io_executor& executor) {
   return nullptr;
 }
 
-// Whether this thread runs the context behind `executor`, of the kinds Asio has.
-bool runs_here(const asio::any_io_executor& executor, asio::io_context* io) {
-  using pool = asio::thread_pool::executor_type;
-  if (io != nullptr) return io->get_executor().running_in_this_thread();
-  if (const auto* e = executor.target<pool>()) return e->running_in_this_thread();
-  if (const auto* s = executor.target<asio::strand<pool>>()) {
-    return s->get_inner_executor().running_in_this_thread();
-  }
-  return false;
+// The thread_pool behind a socket's executor: its own, or a strand's over it; null for another
+// kind of context.
+asio::thread_pool* thread_pool_of(const asio::any_io_executor& executor) {
+  using plain = asio::thread_pool::executor_type;
+  if (const auto* e = executor.target<plain>()) return &e->context();
+  if (const auto* s = executor.target<asio::strand<plain>>()) return &s->get_inner_executor().context();
+  return nullptr;
 }
 
-// Whether `executor` is a thread_pool's (plain, or a strand's over one) that has stopped: by
-// stop(), or by join() once it ran out of work. A stopped pool runs nothing again (it has no
-// restart()). Asio has no public query for it; the pool's scheduler is a service of the pool,
-// and says.
+// Whether this thread runs the context behind `executor`, of the kinds Asio has.
+bool runs_here(const asio::any_io_executor& executor, asio::io_context* io) {
+  if (io != nullptr) return io->get_executor().running_in_this_thread();
+  asio::thread_pool* pool = thread_pool_of(executor);
+  return pool != nullptr && pool->get_executor().running_in_this_thread();
+}
+
+// Whether `executor`'s thread_pool has stopped: by stop(), or by join() once it ran out of
+// work. A stopped pool runs nothing again (it has no restart()). Asio has no public query for
+// it; the pool's scheduler is a service of the pool, and says.
 bool pool_stopped(const asio::any_io_executor& executor) {
-  using pool_executor = asio::thread_pool::executor_type;
-  asio::thread_pool* pool = nullptr;
-  if (const auto* e = executor.target<pool_executor>()) pool = &e->context();
-  if (const auto* s = executor.target<asio::strand<pool_executor>>())
-    pool = &s->get_inner_executor().context();
+  asio::thread_pool* pool = thread_pool_of(executor);
   return pool != nullptr && asio::use_service<asio::detail::scheduler>(*pool).stopped();
 }
 
