@@ -116,10 +116,7 @@ void tcp_stream::read_frames() {
       return;
     }
     read_paused_ = false;
-    if (reads_this_turn_ >= reads_per_turn) {
-      reads_this_turn_ = 0;
-      return read_frames_later();
-    }
+    if (reads_this_turn_ >= reads_per_turn) return read_frames_later();  // which starts the count anew
     if (data_left_ > 0) {  // a data frame's payload, or what a reader left of it
       if (!take_data()) return;
       continue;
