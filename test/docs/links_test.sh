@@ -1,0 +1,27 @@
+#!/bin/bash
+# Every relative link and image in the project's Markdown files names a file that exists.
+# A report regenerated with another --png name once left docs/benchmarks.md showing a
+# broken image; this catches that and any other dangling link.
+# Usage: links_test.sh SOURCE-ROOT
+set -uo pipefail
+root=${1:?usage: links_test.sh SOURCE-ROOT}
+cd "$root" || exit 2
+failed=0 checked=0
+while IFS= read -r md; do
+    dir=$(dirname "$md")
+    # inline links and images, ](target) or ](target "title"), outside code
+    while IFS= read -r target; do
+        target=${target%% *}
+        target=${target%%#*}
+        case $target in '' | http://* | https://* | mailto:*) continue ;; esac
+        checked=$((checked + 1))
+        if [ ! -e "$dir/$target" ]; then
+            echo "FAIL: $md links to $target, which does not exist"
+            failed=1
+        fi
+    done < <(awk '/^ *```/ { fenced = !fenced; next } !fenced' "$md" | sed 's/`[^`]*`//g' |
+        grep -o '\](\([^)]*\))' | sed 's/^](\(.*\))$/\1/')
+done < <(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './third_party/*')
+[ $checked -gt 0 ] || { echo "FAIL: no relative links found; is $root the source tree?"; exit 1; }
+[ $failed = 0 ] && echo "ok: $checked relative links resolve"
+exit $failed
