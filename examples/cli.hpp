@@ -44,8 +44,8 @@ inline std::string_view name(coverbs::transport t) {
   return "auto";
 }
 
-/// Numeric addresses only: resolving names could block on DNS, and RDMA needs the address of
-/// a device anyway.
+/// A server's --listen: numeric only, since a server listens on one of its own addresses (and
+/// RDMA on a device's). Clients take host names too (server_target.hpp).
 inline std::optional<boost::asio::ip::address> address(std::string_view text) {
   boost::system::error_code ec;
   auto a = boost::asio::ip::make_address(std::string(text), ec);

@@ -16,10 +16,10 @@
 #include <iomanip>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "cli.hpp"
+#include "server_target.hpp"
 
 namespace asio = boost::asio;
 using namespace boost::asio::experimental::awaitable_operators;
@@ -29,13 +29,14 @@ namespace {
 
 constexpr std::string_view program = "echo_client";
 constexpr std::string_view usage =
-    "usage: echo_client --connect ADDR:PORT [--transport auto|rdma|tcp] [--connections C]\n"
-    "                   [--messages N] [--size BYTES] [--timeout SECONDS]\n"
+    "usage: echo_client --connect HOST[:PORT] [--port N] [--transport auto|rdma|tcp]\n"
+    "                   [--connections C] [--messages N] [--size BYTES] [--timeout SECONDS]\n"
     "Opens C connections to an echo_server at once; each sends N messages of BYTES bytes, one\n"
     "at a time, and checks that every byte comes back. Prints round trips per second and the\n"
     "round-trip latency percentiles. Exits non-zero on any error or mismatch.\n"
-    "  --connect ADDR:PORT  the server (IPv6: [ADDR]:PORT); RDMA needs the address of an RDMA\n"
-    "                       device, not 127.0.0.1\n"
+    "  --connect HOST[:PORT] the server: an address or a host name, IPv6 with a port as\n"
+    "                       [ADDR]:PORT; RDMA needs the address of an RDMA device, not loopback\n"
+    "  --port N             the server's port, when --connect gives none (default 7000)\n"
     "  --transport T        auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --connections C      concurrent connections (default 4)\n"
     "  --messages N         round trips per connection (default 10000)\n"
@@ -43,37 +44,21 @@ constexpr std::string_view usage =
     "  --timeout SECONDS    give up when connecting, or a reply, takes longer (default 10)\n";
 
 struct options {
-  asio::ip::tcp::endpoint server;
+  cli::server_target server{7000};
   coverbs::transport kind = coverbs::transport::automatic;
   std::size_t connections = 4, messages = 10000, size = 64;
   std::chrono::seconds timeout{10};
 };
 
-std::optional<asio::ip::tcp::endpoint> parse_endpoint(std::string_view text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos) return {};
-  auto host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const auto address = cli::address(host);
-  const auto port = cli::number(text.substr(colon + 1), 1, 65535);
-  if (!address || !port) return {};
-  return asio::ip::tcp::endpoint(*address, static_cast<std::uint16_t>(*port));
-}
-
 options parse(int argc, char** argv) {
   options o;
-  bool have_server = false;
   cli::arguments args(program, argc, argv);
   while (args.next()) {
     const auto arg = args.current();
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
-    } else if (arg == "--connect") {
-      const auto e = parse_endpoint(args.value());
-      if (!e) args.bad_value("ADDR:PORT, a numeric address and a port from 1 to 65535");
-      o.server = *e;
-      have_server = true;
+    } else if (cli::client_option(args, arg, o.server)) {  // taken
     } else if (arg == "--transport") {
       const auto t = cli::transport(args.value());
       if (!t) args.bad_value("auto, rdma or tcp");
@@ -98,7 +83,7 @@ options parse(int argc, char** argv) {
       cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
     }
   }
-  if (!have_server) cli::usage_error(program, "--connect ADDR:PORT is required");
+  cli::check_target(program, o.server);
   // Each connection holds a message and its reply.
   if (o.connections * o.size > (1u << 30))
     cli::usage_error(program, "--connections times --size exceeds 1 GiB");
@@ -138,7 +123,7 @@ class run {
  private:
   asio::awaitable<void> connection(std::size_t i) {
     coverbs::socket& s = *sockets_[i];
-    co_await s.async_connect(opt_.server, asio::use_awaitable);
+    co_await coverbs::async_connect(s, opt_.server.endpoints, asio::use_awaitable);
     used_.insert(s.transport_in_use());
     // Measure only once every connection is up: connection setup is not echo latency.
     if (++connected_ == opt_.connections) {
@@ -189,7 +174,7 @@ class run {
   void all_connected() {
     std::string kinds;
     for (auto t : used_) kinds += (kinds.empty() ? "" : " and ") + std::string(cli::name(t));
-    std::cout << program << ": " << opt_.connections << " connection(s) to " << opt_.server << " over "
+    std::cout << program << ": " << opt_.connections << " connection(s) to " << opt_.server.text() << " over "
               << kinds << ", " << opt_.messages << " round trips of " << opt_.size << " bytes each"
               << std::endl;
     started_ = last_progress_ = shown_at_ = clock_type::now();
@@ -211,7 +196,7 @@ class run {
       }
       if (now - last_progress_ >= opt_.timeout) {
         const auto what = connected_ < opt_.connections ? "connecting to " : "waiting for a reply from ";
-        return fail(std::string(what) + to_string(opt_.server) + " took longer than " +
+        return fail(std::string(what) + opt_.server.text() + " took longer than " +
                     std::to_string(opt_.timeout.count()) + " s");
       }
       if (connected_ == opt_.connections && isatty(STDOUT_FILENO)) progress(now);
@@ -231,17 +216,11 @@ class run {
     shown_count_ = round_trips_;
   }
 
-  static std::string to_string(const asio::ip::tcp::endpoint& e) {
-    std::ostringstream s;
-    s << e;
-    return s.str();
-  }
-
   void fail(std::size_t i, std::exception_ptr e) {
     const std::string over =
         opt_.kind == coverbs::transport::automatic ? "" : " over " + std::string(cli::name(opt_.kind));
     const std::string where = connected_ < opt_.connections
-                                  ? "cannot connect to " + to_string(opt_.server) + over + ": "
+                                  ? "cannot connect to " + opt_.server.text() + over + ": "
                                   : "connection " + std::to_string(i + 1) + ": ";
     try {
       std::rethrow_exception(e);
@@ -256,8 +235,7 @@ class run {
 
   // rdma_cm cannot use loopback, and the device error alone does not say so.
   std::string hint() const {
-    const bool rdma_to_loopback =
-        opt_.kind == coverbs::transport::rdma && opt_.server.address().is_loopback();
+    const bool rdma_to_loopback = opt_.kind == coverbs::transport::rdma && opt_.server.loopback();
     return connected_ < opt_.connections && rdma_to_loopback
                ? " (RDMA needs the address of an RDMA device, not loopback)"
                : "";
@@ -303,7 +281,8 @@ void run::report() const {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options opt = parse(argc, argv);
+  options opt = parse(argc, argv);
+  cli::resolve(program, opt.server);
   try {
     asio::io_context io;
     run r(io, opt);

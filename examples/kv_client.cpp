@@ -29,8 +29,7 @@ using kv_client::program;
 
 class client {
  public:
-  client(asio::io_context& io, const options& o)
-      : io_(io), opt_(o), server_(o.address, o.port), ticker_(io) {}
+  client(asio::io_context& io, const options& o) : io_(io), opt_(o), ticker_(io) {}
 
   void start() {
     asio::co_spawn(io_, run(), [this](std::exception_ptr e) {
@@ -105,7 +104,7 @@ class client {
 
   asio::awaitable<void> connect(kv::connection& c) {
     try {
-      co_await c.connect(server_);
+      co_await c.connect(opt_.server.endpoints);
     } catch (const kv::protocol_failure&) {
       throw;
     } catch (const std::exception& e) {
@@ -119,8 +118,8 @@ class client {
   std::runtime_error cannot_connect(const std::exception& e) const {
     const std::string over =
         opt_.kind == coverbs::transport::automatic ? "" : " over " + std::string(cli::name(opt_.kind));
-    const bool loopback = opt_.kind == coverbs::transport::rdma && server_.address().is_loopback();
-    return std::runtime_error("cannot connect to " + to_string(server_) + over + ": " + cli::describe(e) +
+    const bool loopback = opt_.kind == coverbs::transport::rdma && opt_.server.loopback();
+    return std::runtime_error("cannot connect to " + opt_.server.text() + over + ": " + cli::describe(e) +
                               (loopback ? " (RDMA needs the address of an RDMA device, not loopback)" : ""));
   }
 
@@ -155,7 +154,7 @@ class client {
         o.get.check_versions ? "" : ", versions NOT checked");
     kv::stress_result r;
     try {
-      r = co_await run.run(server_);
+      r = co_await run.run(opt_.server.endpoints);
     } catch (const kv::protocol_failure&) {
       throw;
     } catch (const std::exception& e) {
@@ -223,7 +222,7 @@ class client {
         last_count_ = progress_.operations;
       }
       if (now - last_progress_ >= opt_.timeout) {
-        return_code(1, "no answer from " + to_string(server_) + " for " +
+        return_code(1, "no answer from " + opt_.server.text() + " for " +
                            std::to_string(opt_.timeout.count()) + " s" +
                            (progress_.connected ? "" : " while connecting"));
         return io_.stop();
@@ -232,15 +231,8 @@ class client {
     });
   }
 
-  static std::string to_string(const asio::ip::tcp::endpoint& e) {
-    std::ostringstream s;
-    s << e;
-    return s.str();
-  }
-
   asio::io_context& io_;
   options opt_;
-  asio::ip::tcp::endpoint server_;
   asio::steady_timer ticker_;
   std::chrono::steady_clock::time_point last_progress_;
   kv::activity progress_;
@@ -251,7 +243,8 @@ class client {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options opt = kv_client::parse(argc, argv);
+  options opt = kv_client::parse(argc, argv);
+  cli::resolve(program, opt.server);
   try {
     asio::io_context io;
     client c(io, opt);

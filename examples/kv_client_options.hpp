@@ -12,6 +12,7 @@
 #include "kv_bench.hpp"
 #include "kv_malformed.hpp"
 #include "kv_stress.hpp"
+#include "server_target.hpp"
 
 namespace kv_client {
 
@@ -19,7 +20,7 @@ namespace asio = boost::asio;
 
 constexpr std::string_view program = "kv_client";
 constexpr std::string_view usage =
-    "usage: kv_client --connect ADDR [--port N] [--transport auto|rdma|tcp] [OPTIONS] COMMAND\n"
+    "usage: kv_client --connect HOST[:PORT] [--port N] [--transport auto|rdma|tcp] [OPTIONS] COMMAND\n"
     "Talks to a kv_server. Commands:\n"
     "  put KEY VALUE    stores VALUE under KEY\n"
     "  get KEY          prints KEY's value: reads its slot one-sided, and asks the server only\n"
@@ -33,8 +34,9 @@ constexpr std::string_view usage =
     "  bad-request KIND sends a malformed request (short, version, op, key-length, value-length,\n"
     "                   length, oversize) and checks that the server refuses it and disconnects\n"
     "Options:\n"
-    "  --connect ADDR       the server's address; RDMA needs the address of an RDMA device\n"
-    "  --port N             the server's port (default 7100)\n"
+    "  --connect HOST[:PORT] the server: an address or a host name, IPv6 with a port as\n"
+    "                       [ADDR]:PORT; RDMA needs the address of an RDMA device, not loopback\n"
+    "  --port N             the server's port, when --connect gives none (default 7100)\n"
     "  --transport T        auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --two-sided          get: by request only\n"
     "  --retries N          torn reads of a slot before a GET asks the server (default 16)\n"
@@ -48,8 +50,7 @@ constexpr std::string_view usage =
     "Exit status: 0 success, 1 not found or any failure, 2 bad arguments.\n";
 
 struct options {
-  asio::ip::address address;
-  std::uint16_t port = 7100;
+  cli::server_target server{7100};
   coverbs::transport kind = coverbs::transport::automatic;
   std::vector<std::string> command;  // the command word and its arguments
   bool two_sided = false;
@@ -60,7 +61,7 @@ struct options {
 
 inline options parse(int argc, char** argv) {
   options o;
-  bool have_address = false, keys_given = false, size_given = false;
+  bool keys_given = false, size_given = false;
   cli::arguments args(program, argc, argv);
   auto count = [&](std::size_t low, std::size_t high, const char* what) {
     const auto n = cli::number(args.value(), low, high);
@@ -72,13 +73,7 @@ inline options parse(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
-    } else if (arg == "--connect") {
-      const auto a = cli::address(args.value());
-      if (!a) args.bad_value("a numeric IPv4 or IPv6 address");
-      o.address = *a;
-      have_address = true;
-    } else if (arg == "--port") {
-      o.port = static_cast<std::uint16_t>(count(1, 65535, "a port number from 1 to 65535"));
+    } else if (cli::client_option(args, arg, o.server)) {  // taken
     } else if (arg == "--transport") {
       const auto t = cli::transport(args.value());
       if (!t) args.bad_value("auto, rdma or tcp");
@@ -111,7 +106,7 @@ inline options parse(int argc, char** argv) {
       o.command.emplace_back(arg);
     }
   }
-  if (!have_address) cli::usage_error(program, "--connect ADDR is required");
+  cli::check_target(program, o.server);
   if (o.command.empty()) cli::usage_error(program, "no command: put, get, del, bench, stress or bad-request");
   static const std::map<std::string, std::size_t> arity = {{"put", 3},   {"get", 2},    {"del", 2},
                                                            {"bench", 1}, {"stress", 1}, {"bad-request", 2}};

@@ -53,9 +53,10 @@ class connection {
       : socket_(ex, coverbs::socket_options{.kind = kind}) {}
 
   /// Connects and takes the server's hello; then the table's slots can be read.
-  boost::asio::awaitable<void> connect(const boost::asio::ip::tcp::endpoint& server) {
+  /// `servers`: the endpoints a host resolved to, tried in turn.
+  boost::asio::awaitable<void> connect(const std::vector<boost::asio::ip::tcp::endpoint>& servers) {
     using boost::asio::use_awaitable;
-    co_await socket_.async_connect(server, use_awaitable);
+    co_await coverbs::async_connect(socket_, servers, use_awaitable);
     std::array<std::byte, 256> buffer;
     const std::size_t n = co_await socket_.async_receive(boost::asio::buffer(buffer), use_awaitable);
     std::string why;

@@ -40,9 +40,9 @@ class stress {
     run_id_ = std::random_device()() * 0x100000001ull ^ std::random_device()();
   }
 
-  boost::asio::awaitable<stress_result> run(const boost::asio::ip::tcp::endpoint& server) {
+  boost::asio::awaitable<stress_result> run(const std::vector<boost::asio::ip::tcp::endpoint>& servers) {
     for (auto& c : connections_) {
-      co_await c->connect(server);
+      co_await c->connect(servers);
       ++progress_.operations;
     }
     progress_.connected = true;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "../server_target.hpp"
 #include "disk.hpp"
 #include "part_file.hpp"
 #include "progress.hpp"
@@ -30,8 +31,8 @@ namespace {
 
 constexpr std::string_view program = "file_client";
 constexpr std::string_view usage =
-    "usage: file_client --connect ADDR [--port N] [options] send FILE... [--as NAME]\n"
-    "       file_client --connect ADDR [--port N] [options] fetch NAME... [--to DIR]\n"
+    "usage: file_client --connect HOST[:PORT] [options] send FILE... [--as NAME]\n"
+    "       file_client --connect HOST[:PORT] [options] fetch NAME... [--to DIR]\n"
     "Sends files to a file_server, or fetches files from it, checking each end to end.\n"
     "  send FILE...       sends each FILE under its own name (a directory: its regular files,\n"
     "                     hidden ones aside); the server stores it under that name\n"
@@ -39,9 +40,9 @@ constexpr std::string_view usage =
     "  fetch NAME...      fetches each NAME into DIR, replacing a file of that name; it is\n"
     "                     written as .NAME.part-XXXXXX and renamed once size and checksum match\n"
     "  --to DIR           where fetched files go (default: the current directory)\n"
-    "  --connect ADDR     the server's IPv4 or IPv6 address; RDMA needs the address of an RDMA\n"
-    "                     device, not 127.0.0.1\n"
-    "  --port N           the server's port (default 7001)\n"
+    "  --connect HOST[:PORT] the server: an address or a host name, IPv6 with a port as\n"
+    "                     [ADDR]:PORT; RDMA needs the address of an RDMA device, not loopback\n"
+    "  --port N           the server's port, when --connect gives none (default 7001)\n"
     "  --transport T      auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --checksum C       xxh128 (default; as xxh128sum prints it) or sha256 (as sha256sum does)\n"
     "  --window N         when fetching, slots of the window to receive into (default 8)\n"
@@ -53,8 +54,7 @@ constexpr std::string_view usage =
     "2 for bad usage.\n";
 
 struct options : ft::tuning {
-  asio::ip::address server;
-  std::uint16_t port = 7001;
+  cli::server_target server{7001};
   bool fetch = false;
   std::vector<std::string> operands;
   std::optional<std::string> as;
@@ -64,7 +64,7 @@ struct options : ft::tuning {
 
 options parse(int argc, char** argv) {
   options o;
-  bool have_server = false, have_command = false, have_to = false, only_operands = false;
+  bool have_command = false, have_to = false, only_operands = false;
   cli::arguments args(program, argc, argv);
   while (args.next()) {
     const auto arg = args.current();
@@ -82,16 +82,8 @@ options parse(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
-    } else if (ft::parse_tuning(args, arg, o)) {  // taken
-    } else if (arg == "--connect") {
-      const auto a = cli::address(args.value());
-      if (!a) args.bad_value("a numeric IPv4 or IPv6 address");
-      o.server = *a;
-      have_server = true;
-    } else if (arg == "--port") {
-      const auto p = cli::number(args.value(), 1, 65535);
-      if (!p) args.bad_value("a port number from 1 to 65535");
-      o.port = static_cast<std::uint16_t>(*p);
+    } else if (ft::parse_tuning(args, arg, o)) {           // taken
+    } else if (cli::client_option(args, arg, o.server)) {  // taken
     } else if (arg == "--checksum") {
       const auto c = ft::checksum_named(args.value());
       if (!c) args.bad_value("xxh128 or sha256");
@@ -105,7 +97,7 @@ options parse(int argc, char** argv) {
       cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
     }
   }
-  if (!have_server) cli::usage_error(program, "--connect ADDR is required");
+  cli::check_target(program, o.server);
   if (!have_command) cli::usage_error(program, "say what to do: send FILE... or fetch NAME...");
   if (o.operands.empty()) cli::usage_error(program, o.fetch ? "fetch needs a NAME" : "send needs a FILE");
   if (o.as && (o.fetch || o.operands.size() != 1))
@@ -160,7 +152,7 @@ class client {
   }
 
   asio::awaitable<void> run() {
-    const asio::ip::tcp::endpoint server(opt_.server, opt_.port);
+    const std::string server = opt_.server.text();
     connect_timer_.expires_after(opt_.timeout);
     connect_timer_.async_wait([this, server](boost::system::error_code ec) {
       // A tick already due when the connect completed runs without an error: see connected_.
@@ -170,7 +162,8 @@ class client {
       fail(s.str());
       io_.stop();
     });
-    auto [ec] = co_await socket_.async_connect(server, asio::as_tuple(asio::use_awaitable));
+    auto [ec, endpoint] =
+        co_await coverbs::async_connect(socket_, opt_.server.endpoints, asio::as_tuple(asio::use_awaitable));
     connected_ = true;
     connect_timer_.cancel();
     if (ec) {
@@ -178,13 +171,13 @@ class client {
       s << "cannot connect to " << server;
       if (opt_.kind != coverbs::transport::automatic) s << " over " << cli::name(opt_.kind);
       s << ": " << ec.message();
-      if (opt_.kind == coverbs::transport::rdma && opt_.server.is_loopback()) {
+      if (opt_.kind == coverbs::transport::rdma && opt_.server.loopback()) {
         s << " (RDMA needs the address of an RDMA device, not loopback)";
       }
       co_return fail(s.str());
     }
     std::ostringstream s;
-    s << "connected to " << server << " over " << cli::name(socket_.transport_in_use());
+    s << "connected to " << endpoint << " over " << cli::name(socket_.transport_in_use());
     say(s.str());
 
     ft::channel ch(socket_, "server", opt_.timeout);
@@ -313,7 +306,7 @@ class client {
   coverbs::socket socket_;
   asio::signal_set signals_;
   asio::steady_timer connect_timer_;
-  bool connected_ = false;  ///< the connect finished (with or without an error): no timeout
+  bool connected_ = false;         ///< the connect finished (with or without an error): no timeout
   asio::thread_pool blocking_{1};  // fdatasync, which io_uring-backed files lack
   ft::channel* ch_ = nullptr;
   std::string error_;
@@ -322,7 +315,8 @@ class client {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options opt = parse(argc, argv);
+  options opt = parse(argc, argv);
+  cli::resolve(program, opt.server);
   std::vector<ft::send_item> items;
   if (!opt.fetch) {
     auto checked = ft::send_list(program, opt.operands, opt.as);

@@ -55,7 +55,7 @@ if tcp; then
     expect 1 "server with a missing --dir" 'is not a directory' "$server" --dir "$work/nowhere"
     expect 2 "server bad option" "unknown option '--bogus'" "$server" --dir "$work" --bogus
     expect 2 "server window out of range" 'slots from 1 to 128' "$server" --dir "$work" --window 0
-    expect 2 "client without --connect" 'connect ADDR is required' "$client" send x
+    expect 2 "client without --connect" 'connect HOST\[:PORT\] is required' "$client" send x
     expect 2 "client without a command" 'send FILE... or fetch NAME...' "$client" --connect "$addr"
     expect 2 "client unknown command" "unknown command 'put'" "$client" --connect "$addr" put x
     expect 2 "client send without a file" 'send needs a FILE' "$client" --connect "$addr" send
@@ -107,7 +107,10 @@ printf 'one\n' >"$work/several/a.txt"
 printf 'hidden\n' >"$work/several/.hidden"
 served=(big.bin)
 if tcp; then
-    expect 0 "send a directory's files" 'sent empty: 0.0 MiB' "${to_server[@]}" send "$work/several"
+    # To a host name with the port in it, as echo_client takes it.
+    expect 0 "send a directory's files to localhost:PORT" 'sent empty: 0.0 MiB' \
+        "$client" --connect "localhost:$port" --transport tcp send "$work/several"
+    out_has "^file_client: connected to .*:$port over tcp$" "client names the endpoint it reached"
     served+=(a.txt empty)
     check "its regular files arrive, hidden ones stay" \
         'only_files "$work/srv" "${served[@]}" && cmp -s "$work/srv/a.txt" "$work/several/a.txt"'

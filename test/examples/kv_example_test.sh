@@ -27,12 +27,13 @@ if [ "$mode" = tcp ]; then
     expect 0 "client --help" '^usage: kv_client' "$client" --help
     expect 2 "server bad option" "unknown option '--bogus'" "$server" --bogus
     expect 2 "server zero slots" 'slots from 1 to' "$server" --slots 0
-    expect 2 "client without --connect" '--connect ADDR is required' "$client" get k
+    expect 2 "client without --connect" '--connect HOST\[:PORT\] is required' "$client" get k
     expect 2 "client without a command" 'no command' "$client" --connect "$addr"
     expect 2 "client unknown command" "unknown command 'fetch'" "$client" --connect "$addr" fetch k
     expect 2 "client put without a value" 'put takes 2 argument' "$client" --connect "$addr" put k
     expect 2 "client bad port" 'port number from 1 to 65535' "$client" --connect "$addr" --port 0 get k
     expect 2 "client unknown transport" 'auto, rdma or tcp' "$client" --connect "$addr" --transport udp get k
+    expect 2 "client port given twice" 'give the port once' "$client" --connect "$addr:7100" --port 7100 get k
     expect 2 "client bad malformed kind" 'bad-request takes short' \
         "$client" --connect "$addr" bad-request nonsense
     expect 2 "stress value too small" 'at least 32 bytes' "$client" --connect "$addr" stress --value-size 8
@@ -43,6 +44,8 @@ if [ "$mode" = tcp ]; then
     collide=$(for k in b c d e f g h i j; do
         "${kv[@]}" put "$k" 1 >/dev/null 2>&1 || { echo "$k"; break; }; done)
     expect 1 "a colliding key finds the table full" 'table full: all 1 slots' "${kv[@]}" put "$collide" 1
+    # A host name with the port in it, as echo_client takes it: the same value comes back.
+    expect 0 "get from localhost:PORT" '^1$' "$client" --connect "localhost:$port" --transport tcp get a
     kill -TERM "$server_pid"; finish "$server_pid"
 fi
 
