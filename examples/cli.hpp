@@ -108,6 +108,19 @@ int run_server(std::string_view program, const Options& opt, Extra&... extra) {
   }
 }
 
+/// A server's first lines: "listening on ADDR:PORT (rdma, tcp)" followed by `extra`, then, when
+/// it was to serve both transports but no RDMA device serves its address, that only TCP
+/// clients can connect. `say(parts...)` prints a line.
+template <class Say, class... Extra>
+void announce(Say say, const coverbs::acceptor& a, coverbs::transport asked, const Extra&... extra) {
+  std::string kinds = a.accepts_rdma() ? "rdma" : "";
+  if (a.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
+  say("listening on ", a.local_endpoint(), " (", kinds, ")", extra...);
+  if (asked == coverbs::transport::automatic && !a.accepts_rdma()) {
+    say("no RDMA device serves this address: TCP clients only");
+  }
+}
+
 /// Stops waiting for SIGINT and SIGTERM once a program has nothing left to stop, so that
 /// `io_context::run` can return, and gives the signals back their default action: should the
 /// rest of the shutdown stall, a signal still ends the program instead of being caught by a

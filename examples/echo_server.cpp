@@ -76,12 +76,7 @@ class server {
         kind_(o.kind) {}
 
   void start() {
-    std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
-    if (acceptor_.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
-    say("listening on ", acceptor_.local_endpoint(), " (", kinds, ")");
-    if (kind_ == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
-      say("no RDMA device serves this address: TCP clients only");
-    }
+    cli::announce([](const auto&... parts) { say(parts...); }, acceptor_, kind_);
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");

@@ -1,6 +1,7 @@
 // kv_server: a key-value cache in registered memory. Clients GET by reading a slot with RDMA
 // READ (no server CPU involved) or by request; PUT and DELETE are requests. Serves RDMA and
 // TCP clients on one port. Run kv_client against it.
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -107,15 +108,10 @@ class server {
         kind_(o.kind) {}
 
   void start() {
-    std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
-    if (acceptor_.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
+    cli::announce([](const auto&... parts) { say(parts...); }, acceptor_, kind_);
     const auto& t = table_.geometry();
-    say("listening on ", acceptor_.local_endpoint(), " (", kinds, ")");
     say("table: ", t.slots, " slots of ", t.slot_size(), " bytes (keys up to ", t.max_key, ", values up to ",
         t.max_value, " bytes, ", t.probe_limit, " probes)");
-    if (kind_ == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
-      say("no RDMA device serves this address: TCP clients only");
-    }
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -153,7 +149,7 @@ class server {
                        }
                        live_.erase(id);
                        say("[", id, "] closed: ", why);
-                       if (stopping_ && live_.empty()) cli::release_signals(signals_);
+                       finish_if_idle();
                      });
     }
   }
@@ -165,7 +161,9 @@ class server {
     // connection; the key in the hello works on this connection only.
     const auto region = s.register_memory(table_.memory(), coverbs::verbs::access::remote_read);
     const auto hello = kv::encode(kv::hello{table_.geometry(), region.remote()});
-    co_await s.async_send(asio::buffer(hello), asio::use_awaitable);
+    if (auto [ec, n] = co_await s.async_send(asio::buffer(hello), asio::as_tuple(asio::use_awaitable)); ec) {
+      co_return "no hello sent: " + co_await failure(s, ec);
+    }
 
     const auto& t = table_.geometry();
     std::vector<std::byte> in(kv::request_header_size + t.max_key + t.max_value);
@@ -194,6 +192,16 @@ class server {
                             : stopping_            ? "server stopping"
                                                    : "error: " + ec.message();
     co_return std::to_string(requests) + " request(s) (" + why + ")";
+  }
+
+  // Why a connection failed, given a send's error: that says only broken_pipe, and a receive on
+  // the failed connection ends at once with the cause (a client that is not a kv_client sends
+  // what reads as a malformed frame).
+  static asio::awaitable<std::string> failure(coverbs::socket& s, error_code send_error) {
+    std::array<std::byte, 1> probe;
+    const auto [ec, n] = co_await s.async_receive(asio::buffer(probe), asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::eof) co_return "client closed";
+    co_return "error: " + (ec ? ec : send_error).message();
   }
 
   // Tells the client why, then lets it close first (a socket closed at once may drop what it
@@ -253,7 +261,16 @@ class server {
     say("stopping (", why, "), closing ", live_.size(), " connection(s)");
     acceptor_.close();
     for (auto& entry : live_) entry.second.close();  // sessions end with operation_aborted
-    if (live_.empty()) cli::release_signals(signals_);
+    finish_if_idle();
+  }
+
+  // Once stopping and the last connection has ended; the signal wait is the only thing left
+  // that would keep io_context::run() going.
+  void finish_if_idle() {
+    if (!stopping_ || !live_.empty() || reported_) return;
+    cli::release_signals(signals_);
+    say("served ", accepted_, " connection(s)");
+    reported_ = true;
   }
 
   coverbs::acceptor acceptor_;
@@ -264,7 +281,7 @@ class server {
   coverbs::transport kind_;                             // as asked: automatic, or one only
   std::map<std::size_t, coverbs::socket> live_;         // a map: sessions hold references into it
   std::size_t accepted_ = 0;
-  bool stopping_ = false, failed_ = false;
+  bool stopping_ = false, failed_ = false, reported_ = false;
 };
 
 }  // namespace

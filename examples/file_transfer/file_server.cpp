@@ -102,12 +102,8 @@ class server {
         signals_(io, SIGINT, SIGTERM) {}
 
   void start() {
-    std::string kinds = acceptor_.accepts_rdma() ? "rdma" : "";
-    if (acceptor_.accepts_tcp()) kinds += kinds.empty() ? "tcp" : ", tcp";
-    say("listening on ", acceptor_.local_endpoint(), " (", kinds, "), serving ", opt_.dir.string());
-    if (opt_.kind == coverbs::transport::automatic && !acceptor_.accepts_rdma()) {
-      say("no RDMA device serves this address: TCP clients only");
-    }
+    cli::announce([](const auto&... parts) { say(parts...); }, acceptor_, opt_.kind, ", serving ",
+                  opt_.dir.string());
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](boost::system::error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");

@@ -106,6 +106,18 @@ if [ "$mode" = tcp ]; then
     expect 0 "long key refused" 'malformed: key length 65 outside 1..64' "${kv[@]}" bad-request key-length
     expect 0 "long value refused" 'malformed: value length 1025 over the limit' \
         "${kv[@]}" bad-request value-length
+    # A client that does not speak the protocol at all: the log says what went wrong, not the
+    # "Broken pipe" of the hello it could not be sent.
+    # Enough of it for a frame header (a shorter start waits for the rest), written by a
+    # subshell that a write into the refused connection cannot kill with SIGPIPE.
+    (
+        trap '' PIPE
+        exec 3<>"/dev/tcp/$addr/$port" && printf 'GET / HTTP/1.0\r\nHost: kv\r\n\r\n%.0s' 1 2 3 4 >&3
+        sleep 0.5
+    ) 2>/dev/null
+    sleep 0.5
+    log_has 'closed: no hello sent: error: malformed or inconsistent frame from peer$' \
+        "server logs a client that sent garbage as malformed"
     expect 0 "server still serves others" "stored 'after'" "${kv[@]}" put after ok
 fi
 
@@ -124,6 +136,7 @@ finish "$server_pid"
 cp "$work/server.log" "$work/out"
 if [ "$rc" = 0 ]; then pass "SIGTERM stops the server during a stress run"; else fail "server exit $rc"; fi
 out_has 'stopping \(SIGTERM\), closing 4 connection' "server says why it stops"
+out_has 'served [0-9]+ connection\(s\)$' "server says how many connections it served"
 finish "$client_pid"
 cp "$work/client.log" "$work/out"
 if [ "$rc" = 1 ] && grep -q '^kv_client: lost the server: ' "$work/out"; then pass "client reports the lost server"
