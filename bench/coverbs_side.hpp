@@ -3,7 +3,10 @@
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/system/system_error.hpp>
 #include <coverbs/coverbs.hpp>
+#include <sstream>
+#include <stdexcept>
 
 #include "patterns.hpp"
 
@@ -74,8 +77,22 @@ struct network {
     const auto opts = options(m);
     const asio::ip::tcp::endpoint at(address, 0);
     run_pair<coverbs::socket>(
-        state, connections, [&](asio::io_context& io) { return coverbs::acceptor(io, at, opts); },
+        state, connections, [&](asio::io_context& io) { return listen(io, at, opts); },
         [&](asio::io_context& io) { return coverbs::socket(io, opts); }, serve, client);
+  }
+
+  /// The server's acceptor. Its failure says where and over what: "bind: No such device" alone
+  /// does not tell that RDMA needs the address of a device.
+  coverbs::acceptor listen(asio::io_context& io, const asio::ip::tcp::endpoint& at,
+                           const coverbs::socket_options& opts) const {
+    try {
+      return coverbs::acceptor(io, at, opts);
+    } catch (const boost::system::system_error& e) {
+      std::ostringstream s;
+      s << "cannot listen on " << at.address() << " (" << transport_name() << "): " << e.code().message();
+      if (kind == coverbs::transport::rdma) s << " (RDMA needs --address of an RDMA device)";
+      throw std::runtime_error(s.str());
+    }
   }
 
   /// Parses --transport, --address and --modes; false when `arg` is none of them.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every program answers --help with its usage (exit 0), and a bad command line with two lines,
 # one naming the program and the problem, then a pointer to --help (exit 2), before it touches
-# a device or the network.
+# a device or the network. The benchmarks that listen name the address they could not use.
 # Usage: command_lines_test.sh PROGRAM...
 [ $# -gt 0 ] || { sed -n '2,5s/^# //p' "$0" >&2; exit 2; }
 failed=0
@@ -22,5 +22,13 @@ for program in "$@"; do
             grep -qx "Try '$name --help' for the options." "$out"; then pass "$name $bad"
         else fail "$name $bad: exit $rc, output '$(tr '\n' '|' <"$out")'"; fi
     done
+    case $name in pingpong_bench | stream_bench)
+        # 192.0.2.1 (TEST-NET-1) is no address of this machine.
+        timeout 20 "$program" --address 192.0.2.1 --quick >"$out" 2>&1
+        rc=$?
+        if [ $rc = 1 ] && grep -q "^$name: cannot listen on 192.0.2.1 (tcp): " "$out"; then
+            pass "$name names the address it cannot listen on"
+        else fail "$name --address 192.0.2.1: exit $rc, output '$(tr '\n' '|' <"$out")'"; fi
+    esac
 done
 exit $failed
