@@ -10,6 +10,7 @@ failed=0 checked=0
 while IFS= read -r md; do
     dir=$(dirname "$md")
     # inline links and images, ](target) or ](target "title"), outside code
+    # shellcheck disable=SC2016 # the backquotes are literal
     while IFS= read -r target; do
         target=${target%% *}
         target=${target%%#*}
