@@ -90,7 +90,10 @@ struct network {
     } catch (const boost::system::system_error& e) {
       std::ostringstream s;
       s << "cannot listen on " << at.address() << " (" << transport_name() << "): " << e.code().message();
-      if (kind == coverbs::transport::rdma) s << " (RDMA needs --address of an RDMA device)";
+      const bool no_device_there = e.code() == boost::system::errc::no_such_device ||
+                                   e.code() == boost::system::errc::address_not_available;
+      if (kind == coverbs::transport::rdma && no_device_there)
+        s << " (RDMA needs --address of an RDMA device)";
       throw std::runtime_error(s.str());
     }
   }

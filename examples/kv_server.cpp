@@ -197,7 +197,8 @@ class server {
   // Why a connection failed, given a send's error: that says only broken_pipe, and a receive on
   // the failed connection ends at once with the cause (a client that is not a kv_client sends
   // what reads as a malformed frame).
-  static asio::awaitable<std::string> failure(coverbs::socket& s, error_code send_error) {
+  asio::awaitable<std::string> failure(coverbs::socket& s, error_code send_error) const {
+    if (stopping_) co_return "server stopping";  // stop() closed the socket
     std::array<std::byte, 1> probe;
     const auto [ec, n] = co_await s.async_receive(asio::buffer(probe), asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::eof) co_return "client closed";

@@ -24,11 +24,10 @@ struct server_target {
   /// `default_port`: the port when the command line gives none (the server's default).
   explicit server_target(std::uint16_t default_port) : port(default_port) {}
 
-  std::string host;  ///< a numeric address or a host name, without brackets
-  std::uint16_t port;
-  std::vector<boost::asio::ip::tcp::endpoint> endpoints;  ///< set by resolve(), in the resolver's order
-
-  bool host_given = false, port_in_connect = false, port_option = false;
+  std::string host;    ///< a numeric address or a host name, without brackets
+  std::uint16_t port;  ///< final once check_target() has run
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints;   ///< set by resolve(), in the resolver's order
+  std::optional<std::uint16_t> connect_port, option_port;  ///< as --connect and --port gave them
 
   /// HOST:PORT as a user would write it: [ADDR]:PORT for an IPv6 address.
   std::string text() const {
@@ -43,59 +42,72 @@ struct server_target {
   }
 };
 
-/// Splits HOST[:PORT] ([ADDR]:PORT for IPv6; an IPv6 address with no port needs no brackets).
-/// False if the host is empty or the port is not 1 to 65535.
-inline bool split_host_port(std::string_view text, server_target& t) {
-  std::string_view host = text, port;
+/// Splits HOST[:PORT]. Brackets hold an IPv6 address, needed when a port follows ([ADDR]:PORT)
+/// and optional alone. False for an empty host, a port that is not 1 to 65535, and several
+/// colons outside brackets that are no IPv6 address or read as ADDR:PORT too: ::1:7000 is an
+/// address, but was likely meant as [::1]:7000.
+inline bool split_host_port(std::string_view text, std::string& host, std::optional<std::uint16_t>& port) {
+  const auto is_v6 = [](std::string_view a) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v6(std::string(a), ec);
+    return !ec;
+  };
+  std::string_view h = text, p;
   if (text.starts_with('[')) {
     const auto close = text.find(']');
     if (close == std::string_view::npos) return false;
-    host = text.substr(1, close - 1);
+    h = text.substr(1, close - 1);
     const auto rest = text.substr(close + 1);
     if (!rest.empty()) {
-      if (!rest.starts_with(':')) return false;
-      port = rest.substr(1);
-      if (port.empty()) return false;
+      if (!rest.starts_with(':') || rest.size() == 1) return false;
+      p = rest.substr(1);
     }
-  } else if (const auto colon = text.find(':'); colon != std::string_view::npos && text.rfind(':') == colon) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (port.empty()) return false;
+    if (!is_v6(h)) return false;
+  } else if (const auto colon = text.rfind(':'); colon != std::string_view::npos) {
+    if (text.find(':') == colon) {
+      h = text.substr(0, colon);
+      p = text.substr(colon + 1);
+      if (p.empty()) return false;
+    } else {
+      const bool also_address_and_port =
+          is_v6(text.substr(0, colon)) && number(text.substr(colon + 1), 1, 65535).has_value();
+      if (!is_v6(text) || also_address_and_port) return false;
+    }
   }
-  if (host.empty()) return false;
-  if (!port.empty()) {
-    const auto p = number(port, 1, 65535);
-    if (!p) return false;
-    t.port = static_cast<std::uint16_t>(*p);
-    t.port_in_connect = true;
+  if (h.empty() || h.find_first_of("[]") != std::string_view::npos) return false;
+  port.reset();
+  if (!p.empty()) {
+    const auto n = number(p, 1, 65535);
+    if (!n) return false;
+    port = static_cast<std::uint16_t>(*n);
   }
-  t.host = host;
-  t.host_given = true;
+  host = h;
   return true;
 }
 
 /// The options every client takes: --connect HOST[:PORT] and --port N. True if `arg` was one of
-/// them (its value is taken).
+/// them (its value is taken). A later --connect replaces an earlier one, port included.
 inline bool client_option(arguments& args, std::string_view arg, server_target& t) {
   if (arg == "--connect") {
-    if (!split_host_port(args.value(), t))
-      args.bad_value("HOST or HOST:PORT ([ADDR]:PORT for IPv6), with a port from 1 to 65535");
+    if (!split_host_port(args.value(), t.host, t.connect_port))
+      args.bad_value("HOST or HOST:PORT, an IPv6 address as [ADDR]:PORT, and a port from 1 to 65535");
   } else if (arg == "--port") {
     const auto p = number(args.value(), 1, 65535);
     if (!p) args.bad_value("a port number from 1 to 65535");
-    t.port = static_cast<std::uint16_t>(*p);
-    t.port_option = true;
+    t.option_port = static_cast<std::uint16_t>(*p);
   } else {
     return false;
   }
   return true;
 }
 
-/// After the command line: --connect given, and the port at most once.
-inline void check_target(std::string_view program, const server_target& t) {
-  if (!t.host_given) usage_error(program, "--connect HOST[:PORT] is required");
-  if (t.port_in_connect && t.port_option)
+/// After the command line: --connect given, and the port at most once; sets `t.port`.
+inline void check_target(std::string_view program, server_target& t) {
+  if (t.host.empty()) usage_error(program, "--connect HOST[:PORT] is required");
+  if (t.connect_port && t.option_port)
     usage_error(program, "give the port once: in --connect or with --port");
+  if (t.connect_port) t.port = *t.connect_port;
+  if (t.option_port) t.port = *t.option_port;
 }
 
 /// Fills `t.endpoints`: a numeric address as it is, a host name through the system's resolver

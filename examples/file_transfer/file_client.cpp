@@ -31,8 +31,8 @@ namespace {
 
 constexpr std::string_view program = "file_client";
 constexpr std::string_view usage =
-    "usage: file_client --connect HOST[:PORT] [options] send FILE... [--as NAME]\n"
-    "       file_client --connect HOST[:PORT] [options] fetch NAME... [--to DIR]\n"
+    "usage: file_client --connect HOST[:PORT] [--port N] [options] send FILE... [--as NAME]\n"
+    "       file_client --connect HOST[:PORT] [--port N] [options] fetch NAME... [--to DIR]\n"
     "Sends files to a file_server, or fetches files from it, checking each end to end.\n"
     "  send FILE...       sends each FILE under its own name (a directory: its regular files,\n"
     "                     hidden ones aside); the server stores it under that name\n"
@@ -40,8 +40,9 @@ constexpr std::string_view usage =
     "  fetch NAME...      fetches each NAME into DIR, replacing a file of that name; it is\n"
     "                     written as .NAME.part-XXXXXX and renamed once size and checksum match\n"
     "  --to DIR           where fetched files go (default: the current directory)\n"
-    "  --connect HOST[:PORT] the server: an address or a host name, IPv6 with a port as\n"
-    "                     [ADDR]:PORT; RDMA needs the address of an RDMA device, not loopback\n"
+    "  --connect HOST[:PORT]\n"
+    "                     the server, by address or host name (IPv6 with a port: [ADDR]:PORT);\n"
+    "                     RDMA needs the address of an RDMA device, not loopback\n"
     "  --port N           the server's port, when --connect gives none (default 7001)\n"
     "  --transport T      auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --checksum C       xxh128 (default; as xxh128sum prints it) or sha256 (as sha256sum does)\n"

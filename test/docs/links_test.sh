@@ -7,7 +7,11 @@ set -uo pipefail
 root=${1:?usage: links_test.sh SOURCE-ROOT}
 cd "$root" || exit 2
 failed=0 checked=0
-while IFS= read -r md; do
+# The tracked files; outside a git checkout (an unpacked release), those on disk.
+mapfile -t files < <(git ls-files '*.md' 2>/dev/null)
+[ ${#files[@]} -gt 0 ] ||
+    mapfile -t files < <(find . -name '*.md' -not -path './.git/*' -not -path './build*' -not -path './third_party/*')
+for md in "${files[@]}"; do
     dir=$(dirname "$md")
     # inline links and images, ](target) or ](target "title"), outside code
     # shellcheck disable=SC2016 # the backquotes are literal
@@ -16,13 +20,14 @@ while IFS= read -r md; do
         target=${target%%#*}
         case $target in '' | http://* | https://* | mailto:*) continue ;; esac
         checked=$((checked + 1))
-        if [ ! -e "$dir/$target" ]; then
+        case $target in /*) path=.$target ;; *) path=$dir/$target ;; esac  # /...: from the root
+        if [ ! -e "$path" ]; then
             echo "FAIL: $md links to $target, which does not exist"
             failed=1
         fi
-    done < <(awk '/^ *```/ { fenced = !fenced; next } !fenced' "$md" | sed 's/`[^`]*`//g' |
+    done < <(awk '/^ *(```|~~~)/ { fenced = !fenced; next } !fenced' "$md" | sed 's/`[^`]*`//g' |
         grep -o '\](\([^)]*\))' | sed 's/^](\(.*\))$/\1/')
-done < <(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './third_party/*')
+done
 [ $checked -gt 0 ] || { echo "FAIL: no relative links found; is $root the source tree?"; exit 1; }
 [ $failed = 0 ] && echo "ok: $checked relative links resolve"
 exit $failed

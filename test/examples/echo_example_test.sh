@@ -39,6 +39,9 @@ if [ "$mode" = tcp ]; then
     expect 2 "client bad address" 'HOST or HOST:PORT' "$client" --connect '[::1'
     expect 2 "client port out of range" 'port from 1 to 65535' "$client" --connect "$addr:65536"
     expect 2 "client port given twice" 'give the port once' "$client" --connect "$addr:1" --port 2
+    # ::1:7000 is an IPv6 address and reads as ::1 port 7000 too: refused, not guessed.
+    expect 2 "client IPv6 address and port without brackets" 'IPv6 address as \[ADDR\]:PORT' \
+        "$client" --connect ::1:7000
     # .invalid never resolves (RFC 6761); the resolver's options bound a DNS wait.
     RES_OPTIONS="timeout:1 attempts:1" expect 1 "client unknown host" 'cannot resolve no-such-host.invalid' \
         "$client" --connect no-such-host.invalid
