@@ -3,8 +3,10 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
+#include <chrono>
 
 #include "coverbs/detail/handshake.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
@@ -57,11 +59,39 @@ namespace {
 // turn: each reject still drops one of them, so a few more tries are allowed.
 constexpr int connect_attempts_when_stale = 8;
 
-asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, socket_options options) {
+using local_endpoint = std::optional<asio::ip::tcp::endpoint>;
+
+// Binds a connect's id to `local`: resolving a bound id keeps its address, so the address
+// chooses the device. A chosen port is taken alone, as bind(2) without SO_REUSEADDR would; but
+// the id of this socket's previous attempt (coverbs::async_connect's endpoint before) holds
+// it until its queue pair has been flushed, a few milliseconds, so the bind is tried again for
+// up to a second before the port counts as in use. Once bound, an id lets the next one share
+// the port: a stale retry binds while the rejected id is kept (`shared`).
+asio::awaitable<void> bind_local(cm::id& id, const asio::ip::tcp::endpoint& local, bool shared) {
+  if (local.port() == 0) {
+    id.bind(local);
+    co_return;
+  }
+  error_code ec;
+  if (shared) id.reuse_address(ec);
+  for (int tries = 1; !ec; ++tries) {
+    id.bind(local, ec);
+    if (ec != asio::error::address_in_use || tries == 50) break;
+    asio::steady_timer pause(id.get_executor(), std::chrono::milliseconds(20));
+    co_await pause.async_wait(asio::use_awaitable);
+    ec = {};
+  }
+  if (!ec && !shared) id.reuse_address(ec);
+  if (ec) throw boost::system::system_error(ec, "rdma_bind_addr");
+}
+
+asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, local_endpoint local,
+                                         socket_options options) {
   const auto hello = encode_handshake(local_geometry(options));
   std::shared_ptr<rdma_stream> stream, rejected;
   for (int attempt = 1;; ++attempt) {
     cm::id id(co_await asio::this_coro::executor);
+    if (local) co_await bind_local(id, *local, attempt > 1);
     co_await id.async_resolve(peer, options.resolve_timeout, asio::use_awaitable);
     stream = make_rdma_stream(std::move(id), options);
     rejected.reset();  // kept until now, so that the new QP could not be given its number
@@ -83,13 +113,18 @@ asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, socket_op
   co_return finish_rdma_connection(stream, their);
 }
 
-asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, socket_options options) {
+asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, local_endpoint local,
+                                        socket_options options) {
   asio::ip::tcp::socket s(co_await asio::this_coro::executor);
+  if (local) {
+    s.open(peer.protocol());
+    s.bind(*local);
+  }
   co_await s.async_connect(peer, asio::use_awaitable);
-  const auto local = s.local_endpoint(), remote = s.remote_endpoint();
+  const auto from = s.local_endpoint(), to = s.remote_endpoint();
   auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
   stream->start();
-  co_return connection{stream, local, remote, transport::tcp};
+  co_return connection{stream, from, to, transport::tcp};
 }
 
 // RDMA unless there is no device, or nothing on the peer answers RDMA: then TCP.
@@ -100,16 +135,17 @@ bool falls_back(const error_code& ec) {
          ec == make_error_code(errc::no_device);
 }
 
-asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, socket_options options) {
+asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, local_endpoint local,
+                                        socket_options options) {
   switch (options.kind) {
-    case transport::rdma: co_return co_await connect_rdma(peer, options);
-    case transport::tcp: co_return co_await connect_tcp(peer, options);
+    case transport::rdma: co_return co_await connect_rdma(peer, local, options);
+    case transport::tcp: co_return co_await connect_tcp(peer, local, options);
     case transport::automatic: break;
   }
   error_code rdma_error;
   if (!verbs::device::names().empty()) {
     try {
-      co_return co_await connect_rdma(peer, options);
+      co_return co_await connect_rdma(peer, local, options);
     } catch (const boost::system::system_error& e) {
       rdma_error = e.code();
     } catch (const std::system_error& e) {
@@ -117,7 +153,7 @@ asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, socket_opt
     }
     if (!falls_back(rdma_error)) throw boost::system::system_error(rdma_error, "rdma connect");
   }
-  co_return co_await connect_tcp(peer, options);
+  co_return co_await connect_tcp(peer, local, options);
 }
 
 error_code to_error_code(std::exception_ptr e) {
@@ -137,11 +173,12 @@ error_code to_error_code(std::exception_ptr e) {
 }  // namespace
 
 void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
-                   const socket_options& options, connect_handler handler) {
+                   const std::optional<asio::ip::tcp::endpoint>& local, const socket_options& options,
+                   connect_handler handler) {
   // co_spawn hands the handler's cancellation slot to the coroutine, which passes it to each
   // resolve and connect step it awaits: a cancel ends whichever is pending.
   auto slot = asio::get_associated_cancellation_slot(handler);
-  asio::co_spawn(executor, connect_any(peer, options),
+  asio::co_spawn(executor, connect_any(peer, local, options),
                  asio::bind_cancellation_slot(
                      slot, [handler = std::move(handler)](std::exception_ptr e, connection c) mutable {
                        std::move(handler)(e ? to_error_code(e) : error_code(), std::move(c));

@@ -34,6 +34,8 @@ socket::socket(socket&& other) noexcept
       options_(other.options_),
       impl_(std::move(other.impl_)),
       connecting_(std::move(other.connecting_)),
+      opened_(std::exchange(other.opened_, std::nullopt)),
+      bound_(std::exchange(other.bound_, std::nullopt)),
       in_use_(std::exchange(other.in_use_, transport::automatic)),
       local_(other.local_),
       remote_(other.remote_) {}
@@ -45,6 +47,8 @@ socket& socket::operator=(socket&& other) noexcept {
     options_ = other.options_;
     impl_ = std::move(other.impl_);
     connecting_ = std::move(other.connecting_);
+    opened_ = std::exchange(other.opened_, std::nullopt);
+    bound_ = std::exchange(other.bound_, std::nullopt);
     in_use_ = std::exchange(other.in_use_, transport::automatic);
     local_ = other.local_;
     remote_ = other.remote_;
@@ -56,7 +60,7 @@ socket::~socket() { close(); }
 
 void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
                     endpoint_type remote) {
-  close();
+  close();  // a binding is used up by the connect that attaches
   impl_ = std::move(impl);
   impl_->set_limits(options_.max_outstanding_operations, options_.max_registered_bytes);
   in_use_ = kind;
@@ -99,6 +103,12 @@ void socket::connect(const endpoint_type& peer) {
 }
 
 void socket::close() {
+  close_connection();
+  opened_.reset();
+  bound_.reset();
+}
+
+void socket::close_connection() {
   if (auto signal = std::move(connecting_)) signal->emit(boost::asio::cancellation_type::terminal);
   if (impl_) {
     impl_->close();
@@ -111,6 +121,38 @@ void socket::close() {
 void socket::close(error_code& ec) {
   close();
   ec = {};
+}
+
+void socket::open(const protocol_type& protocol, error_code& ec) {
+  ec = impl_ || opened_ ? error_code(boost::asio::error::already_open) : error_code();
+  if (!ec) opened_ = protocol;
+}
+
+void socket::open(const protocol_type& protocol) {
+  error_code ec;
+  open(protocol, ec);
+  detail::throw_if(ec, "open");
+}
+
+void socket::bind(const endpoint_type& local, error_code& ec) {
+  ec = {};
+  // As bind(2) on a connected socket, or with an address of another family than open()'s.
+  if (impl_ || connecting_ || (opened_ && *opened_ != local.protocol())) {
+    ec = boost::asio::error::invalid_argument;
+    return;
+  }
+  // Whether the address is this machine's, as bind(2) would tell: a socket bound to it for a
+  // moment (port 0, so that the port stays free for the connect).
+  boost::asio::ip::tcp::socket probe(executor_);
+  probe.open(local.protocol(), ec);
+  if (!ec) probe.bind(endpoint_type(local.address(), 0), ec);
+  if (!ec) bound_ = local;
+}
+
+void socket::bind(const endpoint_type& local) {
+  error_code ec;
+  bind(local, ec);
+  detail::throw_if(ec, "bind");
 }
 
 void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec) {

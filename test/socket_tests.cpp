@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -322,6 +323,83 @@ void refused(transport kind) {
   io.run_for(std::chrono::seconds(30));
   BOOST_TEST((result == asio::error::connection_refused), result.message());
   BOOST_TEST(!s.is_open());
+}
+
+void bound_before_connecting(transport kind) {
+  namespace asio = boost::asio;
+  using asio::ip::tcp;
+  asio::io_context io;
+  acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
+  std::vector<tcp::endpoint> seen;  // each accepted connection's remote endpoint
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 2; ++i) {
+          auto peer = co_await server.async_accept(asio::use_awaitable);
+          seen.push_back(peer.remote_endpoint());
+        }
+      },
+      asio::detached);
+  // Two ports free on TCP and apart from the server's (rdma_cm's ports are not TCP's): one to
+  // connect from, one where nothing listens.
+  std::vector<unsigned short> ports;
+  while (ports.size() < 2) {
+    const unsigned short p = free_port(io);
+    if (p != server.local_endpoint().port() && (ports.empty() || p != ports[0])) ports.push_back(p);
+  }
+  const tcp::endpoint from(test_address(), ports[0]), refusing(test_address(), ports[1]);
+  const tcp::endpoint serving(test_address(), server.local_endpoint().port());
+
+  socket s(io, {.kind = kind});
+  error_code ec;
+  // TEST-NET-1 is no address of this machine (unless it lets any address be bound).
+  std::ifstream nonlocal_bind("/proc/sys/net/ipv4/ip_nonlocal_bind");
+  if (int any = 0; !(nonlocal_bind >> any) || any == 0) {
+    s.bind(tcp::endpoint(asio::ip::make_address("192.0.2.1"), 0), ec);
+    BOOST_TEST((ec == boost::system::errc::address_not_available), ec.message());
+    BOOST_CHECK_THROW(s.bind(tcp::endpoint(asio::ip::make_address("192.0.2.1"), 0)),
+                      boost::system::system_error);
+  }
+  s.open(tcp::v6());
+  s.bind(from, ec);  // another family than open()'s
+  BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
+  s.open(tcp::v4(), ec);
+  BOOST_TEST((ec == asio::error::already_open), ec.message());
+  s.close();
+  s.open(from.protocol());
+  s.bind(from);
+  std::optional<error_code> connected;
+  tcp::endpoint connected_to;
+  coverbs::async_connect(s, std::vector<tcp::endpoint>{refusing, serving},
+                         [&](error_code e, tcp::endpoint to) {
+                           connected = e;
+                           connected_to = to;
+                         });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((!connected || seen.empty()) && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_REQUIRE((connected == error_code()), connected.value_or(asio::error::would_block).message());
+  BOOST_TEST(connected_to == serving);
+  BOOST_TEST((s.transport_in_use() == kind));
+  BOOST_TEST(s.local_endpoint() == from);
+  BOOST_TEST_REQUIRE(seen.size() == 1u);
+  BOOST_TEST(seen[0] == from);
+
+  s.bind(tcp::endpoint(test_address(), 0), ec);
+  BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
+  s.open(tcp::v4(), ec);
+  BOOST_TEST((ec == asio::error::already_open), ec.message());
+
+  s.close();  // the connect used the binding up: the next leaves from a port the system picks
+  s.connect(serving);
+  while (seen.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_REQUIRE(seen.size() == 2u);
+  BOOST_TEST(s.local_endpoint().port() != from.port());
+  BOOST_TEST(seen[1] == s.local_endpoint());
+  s.close();
 }
 
 /// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an

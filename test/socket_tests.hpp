@@ -53,6 +53,13 @@ void acceptor_set_up_step_by_step(transport kind);
 /// Nobody listens: the connect fails with connection_refused, promptly.
 void refused(transport kind);
 
+/// A client bound before connecting, as with tcp::socket's open and bind: the connection
+/// leaves from that address and port (the socket reports them, the server sees them), and
+/// the binding holds for each endpoint coverbs::async_connect tries. An address this machine
+/// lacks is refused at once, so is one of another family than open()'s; a socket cannot be
+/// opened twice, nor bound once connected; a connect that succeeded uses the binding up.
+void bound_before_connecting(transport kind);
+
 /// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an
 /// endpoint that refuses is passed over for the next, and the one connected to is reported; a
 /// range where none accepts fails with the last attempt's error, an empty one with not_found,

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <type_traits>
 
 #include "coverbs/completion_service.hpp"
@@ -136,10 +137,26 @@ class socket : public boost::asio::socket_base {
   const socket_options& options() const noexcept { return options_; }
 
   /// Closes the connection; pending operations end with operation_aborted, a pending connect
-  /// too (as when a timer closes an Asio socket whose connect takes too long).
+  /// too (as when a timer closes an Asio socket whose connect takes too long). Forgets bind().
   void close();
   /// As above, reporting through `ec` (closing never fails today).
   void close(error_code& ec);
+  /// Opens the socket for `protocol` before a bind(), as `tcp::socket::open` (`already_open`
+  /// if it is open, or connected). The connection itself is made by connect, so is_open()
+  /// stays false until then; bind() without open() is taken too.
+  void open(const protocol_type& protocol = protocol_type::v4());
+  /// As above, reporting through `ec`.
+  void open(const protocol_type& protocol, error_code& ec);
+  /// Connects from `local` (port 0: the system picks one), as `tcp::socket::bind` before a
+  /// connect: over RDMA the address chooses the device the connection leaves from, over TCP it
+  /// is the source address. An address this machine lacks fails at once
+  /// (`address_not_available`), a port in use at connect (`address_in_use`); a connected
+  /// socket, or an address of another family than open()'s, gives `invalid_argument`. The
+  /// binding holds for every connect until one succeeds or close() is called, so each
+  /// endpoint coverbs::async_connect tries leaves from it.
+  void bind(const endpoint_type& local);
+  /// As above, reporting through `ec`.
+  void bind(const endpoint_type& local, error_code& ec);
   /// Shuts down sending (the peer reads eof), receiving, or both.
   void shutdown(boost::asio::socket_base::shutdown_type what);
   /// As above, with `bad_descriptor` in `ec` when not open.
@@ -222,7 +239,7 @@ class socket : public boost::asio::socket_base {
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, const endpoint_type& peer) {
-          self->close();
+          self->close_connection();
           // The attempt listens to a signal of the socket's, which close() and the handler's
           // own slot (where it has one) both raise.
           auto signal = std::make_shared<boost::asio::cancellation_signal>();
@@ -239,7 +256,7 @@ class socket : public boost::asio::socket_base {
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
           detail::async_connect(
-              self->executor_, peer, self->options_,
+              self->executor_, peer, self->bound_, self->options_,
               detail::connect_handler(boost::asio::bind_cancellation_slot(signal->slot(), std::move(done))));
         },
         token, this, peer);
@@ -410,6 +427,8 @@ class socket : public boost::asio::socket_base {
   const std::shared_ptr<detail::stream_core>& impl() const noexcept { return impl_; }
 
  private:
+  /// close() but for open() and bind(), which a connect keeps.
+  void close_connection();
   // The blocking transfers: an asynchronous one run to its end here, and its throwing form.
   template <class Start>
   std::size_t blocking(error_code& ec, Start start) {
@@ -492,6 +511,8 @@ class socket : public boost::asio::socket_base {
   socket_options options_;
   std::shared_ptr<detail::stream_core> impl_;
   std::shared_ptr<boost::asio::cancellation_signal> connecting_;  ///< a pending connect's
+  std::optional<protocol_type> opened_;                           ///< open()'s, until close()
+  std::optional<endpoint_type> bound_;                            ///< where bind() said to connect from
   transport in_use_ = transport::automatic;
   endpoint_type local_, remote_;
 };

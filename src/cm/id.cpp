@@ -131,6 +131,17 @@ void id::bind(const boost::asio::ip::tcp::endpoint& local) {
   throw_if(ec, "rdma_bind_addr");
 }
 
+void id::reuse_address(error_code& ec) noexcept {
+  if (!state_) {
+    ec = error::bad_descriptor;
+    return;
+  }
+  int on = 1;
+  ec = rdma_set_option(state_->cm, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, sizeof on) != 0
+           ? errno_code()
+           : error_code();
+}
+
 void id::bind(const boost::asio::ip::tcp::endpoint& local, error_code& ec) noexcept {
   if (!state_) {
     ec = error::bad_descriptor;

@@ -103,6 +103,9 @@ BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
   test::connect_to_first_that_accepts(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(bound_before_connecting) {
+  test::bound_before_connecting(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::rdma);

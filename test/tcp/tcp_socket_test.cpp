@@ -104,6 +104,9 @@ BOOST_AUTO_TEST_CASE(connection_refused) { test::refused(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
   test::connect_to_first_that_accepts(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(bound_before_connecting) {
+  test::bound_before_connecting(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::tcp); }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::tcp);

@@ -28,9 +28,10 @@ struct connection {
 using connect_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
 
 /// Connects to `peer` with the transport `options` ask for (automatic: RDMA where a device
-/// reaches the peer and it accepts RDMA, else TCP).
+/// reaches the peer and it accepts RDMA, else TCP), from `local` where given.
 void async_connect(const boost::asio::any_io_executor& executor, const boost::asio::ip::tcp::endpoint& peer,
-                   const socket_options& options, connect_handler handler);
+                   const std::optional<boost::asio::ip::tcp::endpoint>& local, const socket_options& options,
+                   connect_handler handler);
 
 /// What an RDMA connection's QP depends on, in the order it must be torn down: the cm id
 /// (which frees the QP) first, then the completion service and the protection domain.
