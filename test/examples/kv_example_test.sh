@@ -142,6 +142,17 @@ cp "$work/client.log" "$work/out"
 if [ "$rc" = 1 ] && grep -q '^kv_client: lost the server: ' "$work/out"; then pass "client reports the lost server"
 else fail "client reports the lost server: exit $rc"; fi
 expect 1 "get from a stopped server" 'cannot connect to .*refused' "${kv[@]}" get greeting
+if [ "$mode" = tcp ]; then
+    # A client that connects and says nothing: its session waits for the hello exchange, and
+    # the server stops all the same, saying why that connection ended.
+    start_server
+    (exec 3<>"/dev/tcp/$addr/$port" && sleep 10) 2>/dev/null &
+    pids+=("$!")
+    for _ in $(seq 100); do grep -q ' connected over tcp$' "$work/server.log" && break; sleep 0.1; done
+    kill -TERM "$server_pid"
+    finish "$server_pid"
+    log_has 'closed: no hello sent: server stopping$' "a silent client's session ends when the server stops"
+fi
 if [ "$mode" = tcp ]; then  # the client's own watchdog, the same on both transports
     start_server
     kill -STOP "$server_pid"
