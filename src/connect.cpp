@@ -65,8 +65,10 @@ using local_endpoint = std::optional<asio::ip::tcp::endpoint>;
 // chooses the device. A chosen port is taken alone, as bind(2) without SO_REUSEADDR would; but
 // the id of this socket's previous attempt (coverbs::async_connect's endpoint before) holds
 // it until its queue pair has been flushed, a few milliseconds, so the bind is tried again for
-// up to a second before the port counts as in use. Once bound, an id lets the next one share
-// the port: a stale retry binds while the rejected id is kept (`shared`).
+// up to a second before the port counts as in use. rdma_cm reports such a conflict as
+// EADDRINUSE, or as EADDRNOTAVAIL where either address is a wildcard; socket::bind has made
+// sure the address is this machine's, so both mean the port is taken. Once bound, an id lets
+// the next one share the port: a stale retry binds while the rejected one is kept (`shared`).
 asio::awaitable<void> bind_local(cm::id& id, const asio::ip::tcp::endpoint& local, bool shared) {
   if (local.port() == 0) {
     id.bind(local);
@@ -76,6 +78,7 @@ asio::awaitable<void> bind_local(cm::id& id, const asio::ip::tcp::endpoint& loca
   if (shared) id.reuse_address(ec);
   for (int tries = 1; !ec; ++tries) {
     id.bind(local, ec);
+    if (ec == std::errc::address_not_available) ec = asio::error::address_in_use;
     if (ec != asio::error::address_in_use || tries == 50) break;
     asio::steady_timer pause(id.get_executor(), std::chrono::milliseconds(20));
     co_await pause.async_wait(asio::use_awaitable);

@@ -124,7 +124,7 @@ void socket::close(error_code& ec) {
 }
 
 void socket::open(const protocol_type& protocol, error_code& ec) {
-  ec = impl_ || opened_ ? error_code(boost::asio::error::already_open) : error_code();
+  ec = impl_ || connecting_ || opened_ ? error_code(boost::asio::error::already_open) : error_code();
   if (!ec) opened_ = protocol;
 }
 
@@ -136,8 +136,9 @@ void socket::open(const protocol_type& protocol) {
 
 void socket::bind(const endpoint_type& local, error_code& ec) {
   ec = {};
-  // As bind(2) on a connected socket, or with an address of another family than open()'s.
-  if (impl_ || connecting_ || (opened_ && *opened_ != local.protocol())) {
+  // As bind(2) on a connected or bound socket, or with an address of another family than
+  // open()'s.
+  if (impl_ || connecting_ || bound_ || (opened_ && *opened_ != local.protocol())) {
     ec = boost::asio::error::invalid_argument;
     return;
   }

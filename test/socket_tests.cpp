@@ -386,6 +386,14 @@ void bound_before_connecting(transport kind) {
   BOOST_TEST_REQUIRE(seen.size() == 1u);
   BOOST_TEST(seen[0] == from);
 
+  socket t(io, {.kind = kind});  // the same port, while s holds it
+  t.bind(from);
+  t.connect(serving, ec);
+  BOOST_TEST((ec == asio::error::address_in_use), ec.message());
+  BOOST_TEST(!t.is_open());
+  t.bind(from, ec);  // still bound: a second bind is refused, as by bind(2)
+  BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
+
   s.bind(tcp::endpoint(test_address(), 0), ec);
   BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
   s.open(tcp::v4(), ec);

@@ -56,8 +56,9 @@ void refused(transport kind);
 /// A client bound before connecting, as with tcp::socket's open and bind: the connection
 /// leaves from that address and port (the socket reports them, the server sees them), and
 /// the binding holds for each endpoint coverbs::async_connect tries. An address this machine
-/// lacks is refused at once, so is one of another family than open()'s; a socket cannot be
-/// opened twice, nor bound once connected; a connect that succeeded uses the binding up.
+/// lacks is refused at once, so is one of another family than open()'s; a port a connection
+/// holds gives address_in_use at connect; a socket cannot be opened twice, nor bound twice or
+/// once connected; a connect that succeeded uses the binding up.
 void bound_before_connecting(transport kind);
 
 /// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an

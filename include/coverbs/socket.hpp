@@ -150,10 +150,12 @@ class socket : public boost::asio::socket_base {
   /// Connects from `local` (port 0: the system picks one), as `tcp::socket::bind` before a
   /// connect: over RDMA the address chooses the device the connection leaves from, over TCP it
   /// is the source address. An address this machine lacks fails at once
-  /// (`address_not_available`), a port in use at connect (`address_in_use`); a connected
-  /// socket, or an address of another family than open()'s, gives `invalid_argument`. The
-  /// binding holds for every connect until one succeeds or close() is called, so each
-  /// endpoint coverbs::async_connect tries leaves from it.
+  /// (`address_not_available`), a port in use at connect (`address_in_use`, over RDMA after
+  /// a second of retries); a connected or bound socket, or an address of another family than
+  /// open()'s, gives `invalid_argument`. The binding holds for every connect until one
+  /// succeeds or close() is called, so each endpoint coverbs::async_connect tries leaves from
+  /// it. Over RDMA a connection from a chosen port lets other rdma_cm ids that ask for reuse
+  /// (RDMA_OPTION_ID_REUSEADDR) share the port.
   void bind(const endpoint_type& local);
   /// As above, reporting through `ec`.
   void bind(const endpoint_type& local, error_code& ec);

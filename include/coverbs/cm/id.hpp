@@ -61,8 +61,9 @@ class id {
   /// or for a request id. Lives as long as the execution context; throws `errc::no_device`.
   const verbs::device& device() const;
 
-  /// Lets bind() take a port that other ids hold, as long as none of them listens and each
-  /// allowed it too (RDMA_OPTION_ID_REUSEADDR, as SO_REUSEADDR). Before bind().
+  /// Lets this id and others share a port, as long as none of them listens and each allowed it
+  /// (RDMA_OPTION_ID_REUSEADDR, as SO_REUSEADDR): before bind() for this id's bind to take a
+  /// port others hold, or after it for later ids to take this one's.
   void reuse_address(error_code& ec) noexcept;
   /// Binds to a local address and port (port 0: the kernel picks).
   void bind(const boost::asio::ip::tcp::endpoint& local);
