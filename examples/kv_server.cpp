@@ -188,10 +188,13 @@ class server {
       const auto reply = co_await apply(*request);
       std::tie(ec, n) = co_await s.async_send(asio::buffer(reply), asio::as_tuple(asio::use_awaitable));
     }
-    const std::string why = ec == asio::error::eof ? "client closed"
-                            : stopping_            ? "server stopping"
-                                                   : "error: " + ec.message();
-    co_return std::to_string(requests) + " request(s) (" + why + ")";
+    co_return std::to_string(requests) + " request(s) (" + ending(ec) + ")";
+  }
+
+  // Why a connection ended, from the error that ended it.
+  std::string ending(error_code ec) const {
+    if (ec == asio::error::eof) return "client closed";
+    return stopping_ ? "server stopping" : "error: " + ec.message();
   }
 
   // Why a connection failed, given a send's error: that says only broken_pipe, and a receive on
@@ -201,8 +204,7 @@ class server {
     if (stopping_) co_return "server stopping";  // stop() closed the socket
     std::array<std::byte, 1> probe;
     const auto [ec, n] = co_await s.async_receive(asio::buffer(probe), asio::as_tuple(asio::use_awaitable));
-    if (ec == asio::error::eof) co_return "client closed";
-    co_return "error: " + (ec ? ec : send_error).message();
+    co_return ending(ec ? ec : send_error);
   }
 
   // Tells the client why, then lets it close first (a socket closed at once may drop what it
