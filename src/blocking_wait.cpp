@@ -88,6 +88,10 @@ blocking_wait::blocking_wait(const asio::any_io_executor& executor)
       inside_(runs_here(executor, io_)),
       state_(std::make_shared<shared_state>()) {}
 
+bool runs_context_here(const asio::any_io_executor& executor) {
+  return runs_here(executor, io_context_of(executor));
+}
+
 error_code blocking_wait::refusal() const {
   return inside_ ? error_code(asio::error::would_block) : error_code();
 }

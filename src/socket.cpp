@@ -37,6 +37,7 @@ socket::socket(socket&& other) noexcept
       opened_(std::exchange(other.opened_, std::nullopt)),
       bound_(std::exchange(other.bound_, std::nullopt)),
       in_use_(std::exchange(other.in_use_, transport::automatic)),
+      non_blocking_(std::exchange(other.non_blocking_, false)),
       local_(other.local_),
       remote_(other.remote_) {}
 
@@ -50,6 +51,7 @@ socket& socket::operator=(socket&& other) noexcept {
     opened_ = std::exchange(other.opened_, std::nullopt);
     bound_ = std::exchange(other.bound_, std::nullopt);
     in_use_ = std::exchange(other.in_use_, transport::automatic);
+    non_blocking_ = std::exchange(other.non_blocking_, false);
     local_ = other.local_;
     remote_ = other.remote_;
   }
@@ -60,7 +62,9 @@ socket::~socket() { close(); }
 
 void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
                     endpoint_type remote) {
+  const bool non_blocking = non_blocking_;  // set after open(), it holds for the connection
   close();  // a binding is used up by the connect that attaches
+  non_blocking_ = non_blocking;
   impl_ = std::move(impl);
   impl_->set_limits(options_.max_outstanding_operations, options_.max_registered_bytes);
   in_use_ = kind;
@@ -106,6 +110,7 @@ void socket::close() {
   close_connection();
   opened_.reset();
   bound_.reset();
+  non_blocking_ = false;
 }
 
 void socket::close_connection() {
@@ -126,6 +131,27 @@ void socket::close(error_code& ec) {
 void socket::open(const protocol_type& protocol, error_code& ec) {
   ec = impl_ || connecting_ || opened_ ? error_code(boost::asio::error::already_open) : error_code();
   if (!ec) opened_ = protocol;
+}
+
+void socket::non_blocking(bool mode, error_code& ec) {
+  ec = impl_ || opened_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  if (!ec) non_blocking_ = mode;
+}
+
+void socket::non_blocking(bool mode) {
+  error_code ec;
+  non_blocking(mode, ec);
+  detail::throw_if(ec, "non_blocking");
+}
+
+void socket::wait(wait_type what, error_code& ec) {
+  detail::run_blocking(executor_, ec, [&](auto handler) { async_wait(what, std::move(handler)); });
+}
+
+void socket::wait(wait_type what) {
+  error_code ec;
+  wait(what, ec);
+  detail::throw_if(ec, "wait");
 }
 
 void socket::open(const protocol_type& protocol) {

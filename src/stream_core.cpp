@@ -175,22 +175,27 @@ void stream_core::read_some(const mutable_buffer_list& buffers, size_handler han
 void stream_core::serve_read(bool defer) {
   if (!read_) return;
   if (read_->buffers.empty()) return end_operation(read_, {}, 0, defer);  // Asio: at once
-  std::size_t total = 0;
   std::optional<std::uint32_t> last;  // the last segment used up: end_operation returns it
-  while (!bytes_.empty() && !read_->buffers.empty()) {
+  const std::size_t total = take_bytes(read_->buffers, last);
+  if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
+  end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer, last);
+}
+
+std::size_t stream_core::take_bytes(mutable_buffer_list& buffers, std::optional<std::uint32_t>& used_up) {
+  std::size_t total = 0;
+  while (!bytes_.empty() && !buffers.empty()) {
     segment& s = bytes_.front();
-    const std::size_t n = read_->buffers.put(s.data + front_offset_, s.size - front_offset_);
+    const std::size_t n = buffers.put(s.data + front_offset_, s.size - front_offset_);
     total += n;
     front_offset_ += n;
     if (front_offset_ == s.size) {
-      if (last) release(*last);
-      last = s.tag;
+      if (used_up) release(*used_up);
+      used_up = s.tag;
       bytes_.pop_front();
       front_offset_ = 0;
     }
   }
-  if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes
-  end_operation(read_, total > 0 ? error_code{} : read_error(), total, defer, last);
+  return total;
 }
 
 void stream_core::complete_waiting_read(std::size_t n, std::size_t uncopied) {
@@ -256,6 +261,7 @@ void stream_core::shutdown_sending() {
   shutdown_send();
   serve_write(true);
   serve_send(true);
+  serve_waits(true);
 }
 
 void stream_core::serve_write(bool defer) {
@@ -308,7 +314,10 @@ void stream_core::serve_send(bool defer) {
 }
 
 void stream_core::cancel() {
-  for (op which : {op::read, op::write, op::receive, op::send}) cancel(which);
+  for (op which :
+       {op::read, op::write, op::receive, op::send, op::wait_read, op::wait_write, op::wait_error}) {
+    cancel(which);
+  }
   fail_immediate_waiter(error::operation_aborted, true);
 }
 
@@ -324,6 +333,11 @@ void stream_core::cancel(op which) {
     case op::write: return direct_pending(false) ? void() : abort(write_);
     case op::receive: return abort(receive_);
     case op::send: return direct_pending(true) ? void() : abort(send_);
+    case op::wait_read: return end_wait(boost::asio::socket_base::wait_read, error::operation_aborted, true);
+    case op::wait_write:
+      return end_wait(boost::asio::socket_base::wait_write, error::operation_aborted, true);
+    case op::wait_error:
+      return end_wait(boost::asio::socket_base::wait_error, error::operation_aborted, true);
   }
 }
 
@@ -364,11 +378,13 @@ void stream_core::deliver_immediate(std::uint32_t immediate) {
 void stream_core::deliver_bytes(const segment& s) {
   bytes_.push_back(s);
   serve_read(false);
+  serve_waits(false);
 }
 
 void stream_core::deliver_message(const segment& s) {
   messages_.push_back(s);
   serve_receive(false);
+  serve_waits(false);
 }
 
 void stream_core::deliver_end_of_stream() {
@@ -376,6 +392,7 @@ void stream_core::deliver_end_of_stream() {
   fail_immediate_waiter(error::eof, false);
   serve_read(false);
   serve_receive(false);
+  serve_waits(false);
 }
 
 void stream_core::deliver_failure(error_code ec, bool defer) {
@@ -386,6 +403,7 @@ void stream_core::deliver_failure(error_code ec, bool defer) {
   serve_receive(defer);
   serve_write(defer);
   serve_send(defer);
+  serve_waits(defer);
 }
 
 void stream_core::destroy_pending() noexcept {
@@ -401,6 +419,7 @@ void stream_core::destroy_pending() noexcept {
   immediate_handler immediate =
       immediate_waiter_ ? immediate_handler(std::move(*immediate_waiter_)) : immediate_handler();
   immediate_waiter_.reset();
+  std::array<wait_handler, 3> waiters = std::move(waiters_);
   auto forget_slot = [](auto& h) {
     if (!h) return;
     auto slot = boost::asio::get_associated_cancellation_slot(h);
@@ -411,11 +430,13 @@ void stream_core::destroy_pending() noexcept {
   forget_slot(write);
   forget_slot(send);
   forget_slot(immediate);
+  for (wait_handler& h : waiters) forget_slot(h);
 }
 
 void stream_core::capacity_available() {
   serve_write(false);
   serve_send(false);
+  if (waiters_[boost::asio::socket_base::wait_write]) serve_waits(false);
 }
 
 }  // namespace coverbs::detail

@@ -85,6 +85,21 @@ class rebound_socket : public socket {
   auto async_receive(const MutableBufferSequence& buffers, Token&& token = Token()) {
     return socket::async_receive(buffers, std::forward<Token>(token));
   }
+  /// As `socket::async_send` with message flags.
+  template <class ConstBufferSequence, class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_send(const ConstBufferSequence& buffers, message_flags flags, Token&& token = Token()) {
+    return socket::async_send(buffers, flags, std::forward<Token>(token));
+  }
+  /// As `socket::async_receive` with message flags.
+  template <class MutableBufferSequence, class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_receive(const MutableBufferSequence& buffers, message_flags flags, Token&& token = Token()) {
+    return socket::async_receive(buffers, flags, std::forward<Token>(token));
+  }
+  /// As `socket::async_wait`.
+  template <class Token = boost::asio::default_completion_token_t<Executor>>
+  auto async_wait(wait_type what, Token&& token = Token()) {
+    return socket::async_wait(what, std::forward<Token>(token));
+  }
   /// As `socket::async_read` (RDMA READ).
   template <class Token = boost::asio::default_completion_token_t<Executor>>
   auto async_read(const verbs::local_buffer& local, const remote_buffer& remote, Token&& token = Token()) {

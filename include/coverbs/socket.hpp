@@ -184,6 +184,36 @@ class socket : public boost::asio::socket_base {
   /// As above, with the error in `ec`.
   std::size_t available(error_code& ec) const;
 
+  /// Whether read_some, write_some, send and receive end with `would_block` instead of
+  /// waiting, as `tcp::socket::non_blocking`; asynchronous operations are not affected.
+  /// Throws `bad_descriptor` unless connected or open()ed; close() turns it off.
+  void non_blocking(bool mode);
+  /// As above, reporting through `ec`.
+  void non_blocking(bool mode, error_code& ec);
+  /// Whether the calls above are non-blocking.
+  bool non_blocking() const noexcept { return non_blocking_; }
+
+  /// Waits until the socket is ready to read, to write, or has an error, as
+  /// `tcp::socket::async_wait`: readable once bytes, a message, end of stream or a failure is
+  /// there (the next read or receive does not wait), writable once a write takes bytes at once
+  /// or fails at once, in error once the connection has failed. Completion: `void(error_code)`,
+  /// `operation_aborted` when cancelled or closed; one wait of each type at a time
+  /// (`in_progress`).
+  template <class CompletionToken = detail::default_socket_token>
+  auto async_wait(wait_type what, CompletionToken&& token = detail::default_socket_token()) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+        [](auto handler, socket* self, wait_type what) {
+          if (!self->impl_) return not_open(std::move(handler), self->executor_);
+          self->impl_->wait(
+              what, detail::wait_handler(std::move(handler), self->executor_, self->impl_->allocator()));
+        },
+        token, this, what);
+  }
+  /// As above, blocking as connect() does. Throws boost::system::system_error.
+  void wait(wait_type what);
+  /// As above, reporting through `ec`.
+  void wait(wait_type what, error_code& ec);
+
   /// Sets a socket option, as `tcp::socket::set_option` (e.g. `tcp::no_delay`,
   /// `socket_base::keep_alive`). Over TCP it applies to the connection's socket. Over RDMA only
   /// `tcp::no_delay` is taken, and changes nothing (RDMA never holds a send back to coalesce
@@ -288,6 +318,11 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class MutableBufferSequence>
   std::size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
+    if (non_blocking_) {
+      return at_once(ec, [&](auto& impl, error_code& e) {
+        return impl.read_now(detail::mutable_buffer_list(buffers), e);
+      });
+    }
     return blocking(ec, [&](auto handler) { async_read_some(buffers, std::move(handler)); });
   }
   /// Writes at least one byte, blocking as connect() does (boost::asio::write). Throws
@@ -299,6 +334,11 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class ConstBufferSequence>
   std::size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
+    if (non_blocking_) {
+      return at_once(ec, [&](auto& impl, error_code& e) {
+        return impl.write_now(detail::const_buffer_list(buffers), false, e);
+      });
+    }
     return blocking(ec, [&](auto handler) { async_write_some(buffers, std::move(handler)); });
   }
   /// Sends one message, blocking as connect() does (see async_send). Throws
@@ -310,7 +350,24 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class ConstBufferSequence>
   std::size_t send(const ConstBufferSequence& buffers, error_code& ec) {
+    if (non_blocking_) {
+      return at_once(ec, [&](auto& impl, error_code& e) {
+        return impl.write_now(detail::const_buffer_list(buffers), true, e);
+      });
+    }
     return blocking(ec, [&](auto handler) { async_send(buffers, std::move(handler)); });
+  }
+  /// As send(buffers); `flags` other than 0 give `operation_not_supported` (no out-of-band
+  /// data, peeking or routing choices: a message is all or nothing on either transport).
+  template <class ConstBufferSequence>
+  std::size_t send(const ConstBufferSequence& buffers, message_flags flags) {
+    return throwing("send", [&](error_code& ec) { return send(buffers, flags, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class ConstBufferSequence>
+  std::size_t send(const ConstBufferSequence& buffers, message_flags flags, error_code& ec) {
+    ec = flags != 0 ? error_code(boost::asio::error::operation_not_supported) : error_code();
+    return ec ? 0 : send(buffers, ec);
   }
   /// Receives the next whole message, blocking as connect() does (see async_receive). Throws
   /// boost::system::system_error.
@@ -321,7 +378,23 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class MutableBufferSequence>
   std::size_t receive(const MutableBufferSequence& buffers, error_code& ec) {
+    if (non_blocking_) {
+      return at_once(ec, [&](auto& impl, error_code& e) {
+        return impl.receive_now(detail::mutable_buffer_list(buffers), e);
+      });
+    }
     return blocking(ec, [&](auto handler) { async_receive(buffers, std::move(handler)); });
+  }
+  /// As receive(buffers); `flags` other than 0 give `operation_not_supported`.
+  template <class MutableBufferSequence>
+  std::size_t receive(const MutableBufferSequence& buffers, message_flags flags) {
+    return throwing("receive", [&](error_code& ec) { return receive(buffers, flags, ec); });
+  }
+  /// As above, reporting failure through `ec`.
+  template <class MutableBufferSequence>
+  std::size_t receive(const MutableBufferSequence& buffers, message_flags flags, error_code& ec) {
+    ec = flags != 0 ? error_code(boost::asio::error::operation_not_supported) : error_code();
+    return ec ? 0 : receive(buffers, ec);
   }
 
   /// Reads at least one byte into `buffers`. Completion: `void(error_code, std::size_t)`;
@@ -347,6 +420,14 @@ class socket : public boost::asio::socket_base {
                   CompletionToken&& token = detail::default_socket_token()) {
     return initiate_write<true>(buffers, std::forward<CompletionToken>(token));
   }
+  /// As async_send(buffers, token); `flags` other than 0 give `operation_not_supported`.
+  template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_send(const ConstBufferSequence& buffers, message_flags flags,
+                  CompletionToken&& token = detail::default_socket_token()) {
+    return with_flags(
+        flags, [this, buffers](auto handler) { async_send(buffers, std::move(handler)); },
+        std::forward<CompletionToken>(token));
+  }
   /// Receives the next whole message. A buffer too small for it gives `message_size` and the
   /// message stays queued for a larger one.
   template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
@@ -354,6 +435,14 @@ class socket : public boost::asio::socket_base {
                      CompletionToken&& token = detail::default_socket_token()) {
     return initiate<detail::mutable_buffer_list>(&detail::stream_core::receive_message, buffers,
                     std::forward<CompletionToken>(token));
+  }
+  /// As async_receive(buffers, token); `flags` other than 0 give `operation_not_supported`.
+  template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
+  auto async_receive(const MutableBufferSequence& buffers, message_flags flags,
+                     CompletionToken&& token = detail::default_socket_token()) {
+    return with_flags(
+        flags, [this, buffers](auto handler) { async_receive(buffers, std::move(handler)); },
+        std::forward<CompletionToken>(token));
   }
 
   /// Registers `memory` so the peer can reach it through this connection with `rights`
@@ -436,6 +525,28 @@ class socket : public boost::asio::socket_base {
   std::size_t blocking(error_code& ec, Start start) {
     return detail::run_blocking<std::size_t>(executor_, ec, std::move(start));
   }
+  // The non-blocking transfers: what the connection does at once (see detail::run_now).
+  template <class Act>
+  std::size_t at_once(error_code& ec, Act act) {
+    if (!impl_) {
+      ec = boost::asio::error::bad_descriptor;
+      return 0;
+    }
+    return detail::run_now<std::size_t>(executor_, ec,
+                                        [&act, impl = impl_](error_code& e) { return act(*impl, e); });
+  }
+  // async_send and async_receive with message flags: only 0 is taken.
+  template <class Start, class CompletionToken>
+  auto with_flags(message_flags flags, Start start, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+        [](auto handler, message_flags flags, Start start, const executor_type& ex) {
+          if (flags == 0) return start(std::move(handler));
+          boost::asio::post(ex, boost::asio::append(std::move(handler),
+                                                    error_code(boost::asio::error::operation_not_supported),
+                                                    std::size_t{0}));
+        },
+        token, flags, std::move(start), executor_);
+  }
   template <class Call>
   static std::size_t throwing(const char* what, Call call) {
     error_code ec;
@@ -489,10 +600,10 @@ class socket : public boost::asio::socket_base {
   // RDMA's answer to an option a TCP program sets (`value` and `size` null) or reads.
   static error_code rdma_option(int level, int name, void* value, std::size_t* size);
 
-  template <class Handler, class Value>
-  static void not_open(Handler&& handler, const executor_type& ex, Value value) {
+  template <class Handler, class... Value>
+  static void not_open(Handler&& handler, const executor_type& ex, Value... value) {
     boost::asio::post(ex, boost::asio::append(std::forward<Handler>(handler),
-                                              error_code(boost::asio::error::bad_descriptor), value));
+                                              error_code(boost::asio::error::bad_descriptor), value...));
   }
   template <class CompletionToken>
   auto transfer(const detail::one_sided_request& request, CompletionToken&& token) {
@@ -516,6 +627,7 @@ class socket : public boost::asio::socket_base {
   std::optional<protocol_type> opened_;                           ///< open()'s, until close()
   std::optional<endpoint_type> bound_;                            ///< where bind() said to connect from
   transport in_use_ = transport::automatic;
+  bool non_blocking_ = false;  ///< non_blocking()'s, until close()
   endpoint_type local_, remote_;
 };
 

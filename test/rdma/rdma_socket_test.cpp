@@ -8,6 +8,7 @@
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
 #include "echo_program.hpp"
+#include "readiness_tests.hpp"
 #include "socket_tests.hpp"
 #include "stalled_handshake_tests.hpp"
 #include "tls_tests.hpp"
@@ -105,6 +106,18 @@ BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
 }
 BOOST_AUTO_TEST_CASE(bound_before_connecting) {
   test::bound_before_connecting(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(waits) {
+  test::waits_as_asio(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(full_pipe_then_reactor_style_reads) {
+  test::full_pipe_then_reactor_style_reads(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(non_blocking) {
+  test::non_blocking_as_asio(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(message_flags) {
+  test::message_flags_as_asio(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {

@@ -119,6 +119,10 @@ class blocking_wait {
   std::vector<std::exception_ptr> more_;  ///< and after it, before the operation's end
 };
 
+/// Whether this thread runs the context behind `executor` (inside a handler of it: an
+/// io_context, a thread_pool, or a strand over one).
+bool runs_context_here(const boost::asio::any_io_executor& executor);
+
 /// Runs `start(handler)`, an operation completing with `void(error_code, Results...)`, to its
 /// end: its error in `ec` (`operation_aborted` where the handler is destroyed uncalled), its
 /// results passed to `store`. See blocking_wait::run for exceptions.
@@ -156,6 +160,20 @@ Value run_blocking(const boost::asio::any_io_executor& executor, error_code& ec,
   Value value{};
   run_blocking_to(executor, ec, std::forward<Start>(start), [&value](Value v) { value = std::move(v); });
   return value;
+}
+
+/// Runs `act(ec)`, which never waits, where the connection's internals may be touched: here
+/// when this thread runs the executor's context (as an initiating function does), else posted
+/// there and waited for as a blocking call is, so that an io_context nobody else runs takes in
+/// what has arrived meanwhile. What tcp::socket's non-blocking calls do in one system call.
+template <class Value, class Act>
+Value run_now(const boost::asio::any_io_executor& executor, error_code& ec, Act act) {
+  if (runs_context_here(executor)) return act(ec);
+  return run_blocking<Value>(executor, ec, [&act](auto handler) {
+    error_code e;
+    const Value v = act(e);
+    std::move(handler)(e, v);
+  });
 }
 
 }  // namespace coverbs::detail

@@ -84,6 +84,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   struct receive_done;
   struct send_done;
   void release(std::uint32_t tag) override;
+  bool writable() const noexcept override {
+    return !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_;
+  }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
   /// The fewest registered bytes a write must start with to go out uncopied.

@@ -8,6 +8,7 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/socket_base.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,6 +28,7 @@ namespace coverbs::detail {
 using size_handler = erased_handler<void(error_code, std::size_t)>;
 using value_handler = erased_handler<void(error_code, std::uint64_t)>;
 using immediate_handler = erased_handler<void(error_code, std::uint32_t)>;
+using wait_handler = erased_handler<void(error_code)>;
 
 /// A one-sided operation on the peer's registered memory, as the socket hands it down.
 struct one_sided_request {
@@ -42,7 +44,7 @@ using default_socket_token = boost::asio::default_completion_token_t<boost::asio
 
 class stream_core : public handler_holder {
  public:
-  enum class op { read, write, receive, send };
+  enum class op { read, write, receive, send, wait_read, wait_write, wait_error };
 
   explicit stream_core(boost::asio::any_io_executor executor)
       : handler_holder(executor), executor_(std::move(executor)) {}
@@ -91,6 +93,20 @@ class stream_core : public handler_holder {
 
   /// Takes the next immediate a peer's write_with_immediate delivered (queued when none waits).
   void receive_immediate(immediate_handler handler);
+
+  /// Completes once the connection is ready for `which`, as tcp::socket::async_wait: to read
+  /// when a read or receive would not wait (bytes, a message, end of stream or a failure are
+  /// there), to write when a write takes bytes at once or fails at once, for an error once the
+  /// connection has failed. Success in each case, operation_aborted once closed here; one wait
+  /// of each kind at a time (in_progress).
+  void wait(boost::asio::socket_base::wait_type which, wait_handler handler);
+  /// read_some, receive_message, write_some (or, where `message`, send_message) as
+  /// non-blocking calls: what they do without waiting, else `would_block` in `ec`
+  /// (`in_progress` while an asynchronous one of the same kind is pending). Bytes are copied
+  /// out of the caller's memory before the call returns.
+  std::size_t read_now(const mutable_buffer_list& buffers, error_code& ec);
+  std::size_t receive_now(const mutable_buffer_list& buffers, error_code& ec);
+  std::size_t write_now(const_buffer_list buffers, bool message, error_code& ec);
 
   /// Read, write or write-with-immediate (whose local size start_transfer checked against
   /// the remote buffer): completes with the bytes moved.
@@ -201,6 +217,8 @@ class stream_core : public handler_holder {
   // What the transport provides.
   /// A segment was consumed; its memory may be reused.
   virtual void release(std::uint32_t tag) = 0;
+  /// Whether `transmit` would take bytes now (a credit, a buffer, room in the send queue).
+  virtual bool writable() const noexcept = 0;
   /// Sends what it can of `buffers` now and returns how many bytes it took (0: none possible).
   /// For a message it takes all or nothing.
   virtual std::size_t transmit(const_buffer_list& buffers, bool message) = 0;
@@ -231,6 +249,13 @@ class stream_core : public handler_holder {
   void serve_receive(bool defer);
   void serve_write(bool defer);
   void serve_send(bool defer);
+  /// Moves queued stream bytes into `buffers`: how many, and in `used_up` the tag of the last
+  /// segment consumed whole, which the caller releases (those before it are released here).
+  std::size_t take_bytes(mutable_buffer_list& buffers, std::optional<std::uint32_t>& used_up);
+  bool ready(boost::asio::socket_base::wait_type which) const noexcept;
+  /// Completes the waits that are ready (all of them once failed).
+  void serve_waits(bool defer);
+  void end_wait(boost::asio::socket_base::wait_type which, error_code ec, bool defer);
   /// Disconnects `handler`'s cancellation slot (its canceller points at this stream) and hands
   /// it over with `ec` and `value`.
   template <class Handler, class Value>
@@ -263,6 +288,7 @@ class stream_core : public handler_holder {
   std::uint64_t direct_total_ = 0, direct_read_total_ = 0;
   fifo<std::uint32_t> immediates_;
   std::optional<immediate_handler> immediate_waiter_;
+  std::array<wait_handler, 3> waiters_;  ///< by wait_type: read, write, error
   std::size_t max_outstanding_ = 0, max_registered_ = 0, registered_ = 0;
   /// One-sided operations not yet completed; shared with their handlers, which may outlive this.
   std::shared_ptr<std::size_t> outstanding_;

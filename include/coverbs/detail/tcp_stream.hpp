@@ -69,6 +69,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   };
 
   void release(std::uint32_t tag) override;
+  bool writable() const noexcept override { return takes_payload(); }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
 
