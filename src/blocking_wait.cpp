@@ -89,6 +89,14 @@ blocking_wait::blocking_wait(const asio::any_io_executor& executor)
       state_(std::make_shared<shared_state>()) {}
 
 bool runs_context_here(const asio::any_io_executor& executor) {
+  // On a strand, only the strand's own handlers may touch what it guards: another strand's
+  // may run beside it on another thread of the context.
+  if (const auto* s = executor.target<asio::strand<asio::io_context::executor_type>>()) {
+    return s->running_in_this_thread();
+  }
+  if (const auto* s = executor.target<asio::strand<asio::thread_pool::executor_type>>()) {
+    return s->running_in_this_thread();
+  }
   return runs_here(executor, io_context_of(executor));
 }
 

@@ -31,7 +31,8 @@ void stream_core::wait(wait_type which, wait_handler handler) {
         [this, which](boost::asio::cancellation_type) { end_wait(which, error::operation_aborted, true); });
   }
   serve_waits(true);
-  if (which == boost::asio::socket_base::wait_read && waiters_[which]) want_input();
+  // Over TCP bytes, the end of the stream and a reset alike are seen by reading.
+  if (which != boost::asio::socket_base::wait_write && waiters_[which]) want_input();
 }
 
 void stream_core::serve_waits(bool defer) {

@@ -12,6 +12,11 @@ namespace coverbs::test {
 /// socket gives bad_descriptor, never inside the call; wait() blocks as connect() does.
 void waits_as_asio(transport kind);
 
+/// A client waits for the server's greeting right after connecting, before the handshake's
+/// last frames have arrived, and the server writes only later: the wait completes (the
+/// transport keeps reading while a wait_read is pending).
+void wait_for_greeting(transport kind);
+
 /// Non-blocking writes fill the pipe while the peer reads nothing, until would_block; a
 /// wait_write then waits until the peer reads, which it does reactor-style (async_wait, then
 /// non-blocking read_some until would_block) inside a coroutine, and gets every byte in order.

@@ -366,7 +366,7 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class ConstBufferSequence>
   std::size_t send(const ConstBufferSequence& buffers, message_flags flags, error_code& ec) {
-    ec = flags != 0 ? error_code(boost::asio::error::operation_not_supported) : error_code();
+    ec = flags != 0 && impl_ ? error_code(boost::asio::error::operation_not_supported) : error_code();
     return ec ? 0 : send(buffers, ec);
   }
   /// Receives the next whole message, blocking as connect() does (see async_receive). Throws
@@ -393,7 +393,7 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting failure through `ec`.
   template <class MutableBufferSequence>
   std::size_t receive(const MutableBufferSequence& buffers, message_flags flags, error_code& ec) {
-    ec = flags != 0 ? error_code(boost::asio::error::operation_not_supported) : error_code();
+    ec = flags != 0 && impl_ ? error_code(boost::asio::error::operation_not_supported) : error_code();
     return ec ? 0 : receive(buffers, ec);
   }
 
@@ -535,17 +535,19 @@ class socket : public boost::asio::socket_base {
     return detail::run_now<std::size_t>(executor_, ec,
                                         [&act, impl = impl_](error_code& e) { return act(*impl, e); });
   }
-  // async_send and async_receive with message flags: only 0 is taken.
+  // async_send and async_receive with message flags: only 0 is taken (a closed socket gives
+  // bad_descriptor first, as Asio's).
   template <class Start, class CompletionToken>
   auto with_flags(message_flags flags, Start start, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-        [](auto handler, message_flags flags, Start start, const executor_type& ex) {
-          if (flags == 0) return start(std::move(handler));
-          boost::asio::post(ex, boost::asio::append(std::move(handler),
-                                                    error_code(boost::asio::error::operation_not_supported),
-                                                    std::size_t{0}));
+        [](auto handler, socket* self, message_flags flags, Start start) {
+          if (flags == 0 || !self->impl_) return start(std::move(handler));
+          boost::asio::post(
+              self->executor_,
+              boost::asio::append(std::move(handler), error_code(boost::asio::error::operation_not_supported),
+                                  std::size_t{0}));
         },
-        token, flags, std::move(start), executor_);
+        token, this, flags, std::move(start));
   }
   template <class Call>
   static std::size_t throwing(const char* what, Call call) {

@@ -111,6 +111,9 @@ BOOST_AUTO_TEST_CASE(bound_before_connecting) {
 BOOST_AUTO_TEST_CASE(waits) {
   test::waits_as_asio(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(wait_for_greeting) {
+  test::wait_for_greeting(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(full_pipe_then_reactor_style_reads) {
   test::full_pipe_then_reactor_style_reads(transport::tcp);
 }

@@ -119,8 +119,8 @@ class blocking_wait {
   std::vector<std::exception_ptr> more_;  ///< and after it, before the operation's end
 };
 
-/// Whether this thread runs the context behind `executor` (inside a handler of it: an
-/// io_context, a thread_pool, or a strand over one).
+/// Whether this thread runs `executor`'s handlers now: a handler of its io_context or
+/// thread_pool, or where `executor` is a strand over one, of that strand.
 bool runs_context_here(const boost::asio::any_io_executor& executor);
 
 /// Runs `start(handler)`, an operation completing with `void(error_code, Results...)`, to its
@@ -163,9 +163,10 @@ Value run_blocking(const boost::asio::any_io_executor& executor, error_code& ec,
 }
 
 /// Runs `act(ec)`, which never waits, where the connection's internals may be touched: here
-/// when this thread runs the executor's context (as an initiating function does), else posted
+/// when this thread runs the executor's handlers (as an initiating function does), else posted
 /// there and waited for as a blocking call is, so that an io_context nobody else runs takes in
-/// what has arrived meanwhile. What tcp::socket's non-blocking calls do in one system call.
+/// what has arrived meanwhile; `would_block` from a handler of the same context that cannot
+/// wait (another strand's). What tcp::socket's non-blocking calls do in one system call.
 template <class Value, class Act>
 Value run_now(const boost::asio::any_io_executor& executor, error_code& ec, Act act) {
   if (runs_context_here(executor)) return act(ec);

@@ -192,8 +192,12 @@ class stream_core : public handler_holder {
     }
     std::forward<Handler>(handler)(results...);
   }
-  /// Whether a user's read, receive or wait for an immediate is pending.
-  bool awaiting_input() const noexcept { return read_ || receive_ || immediate_waiter_; }
+  /// Whether a user's read, receive, wait for an immediate, or wait to read or for an error
+  /// is pending (over TCP both are only seen by reading).
+  bool awaiting_input() const noexcept {
+    return read_ || receive_ || immediate_waiter_ || waiters_[boost::asio::socket_base::wait_read] ||
+           waiters_[boost::asio::socket_base::wait_error];
+  }
   /// For the transport's destroy_handlers: destroys the pending user operations, invoking none.
   void destroy_pending() noexcept;
   /// The buffers of a read waiting for bytes (none are queued then), which the transport may
