@@ -1,12 +1,19 @@
 #include "coverbs/detail/connect.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
+#include <cerrno>
 #include <chrono>
+#include <iterator>
 
 #include "coverbs/detail/handshake.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
@@ -60,6 +67,15 @@ namespace {
 constexpr int connect_attempts_when_stale = 8;
 
 using local_endpoint = std::optional<asio::ip::tcp::endpoint>;
+
+void set_options(asio::ip::tcp::socket& s, const std::vector<raw_socket_option>& options) {
+  for (const raw_socket_option& o : options) {
+    if (::setsockopt(s.native_handle(), o.level, o.name, o.value.data(),
+                     static_cast<socklen_t>(o.value.size())) != 0) {
+      throw boost::system::system_error(error_code(errno, asio::error::get_system_category()), "set_option");
+    }
+  }
+}
 
 // Binds a connect's id to `local`: resolving a bound id keeps its address, so the address
 // chooses the device. A chosen port is taken alone, as bind(2) without SO_REUSEADDR would; but
@@ -116,16 +132,26 @@ asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, local_end
   co_return finish_rdma_connection(stream, their);
 }
 
-asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, local_endpoint local,
+asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const connect_setup& setup,
                                         socket_options options) {
   asio::ip::tcp::socket s(co_await asio::this_coro::executor);
-  if (local) {
-    s.open(peer.protocol());
-    s.bind(*local);
+  if (!setup.options.empty() && setup.family && *setup.family != peer.protocol()) {
+    throw boost::system::system_error(asio::error::address_family_not_supported, "set_option");
   }
+  if (setup.local || !setup.options.empty()) {
+    s.open(peer.protocol());
+    set_options(s, setup.options);  // before the bind: reuse_address; before the connect: buffer sizes
+  }
+  if (setup.local) s.bind(*setup.local);
   co_await s.async_connect(peer, asio::use_awaitable);
   const auto from = s.local_endpoint(), to = s.remote_endpoint();
   auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
+  // The stream turns no_delay on; the user's word stands. Only that one is set again: some
+  // options (IPV6_V6ONLY) are refused once a socket is bound or connected.
+  std::vector<raw_socket_option> no_delay;
+  std::copy_if(setup.options.begin(), setup.options.end(), std::back_inserter(no_delay),
+               [](const raw_socket_option& o) { return o.level == IPPROTO_TCP && o.name == TCP_NODELAY; });
+  set_options(stream->socket(), no_delay);
   stream->start();
   co_return connection{stream, from, to, transport::tcp};
 }
@@ -138,17 +164,17 @@ bool falls_back(const error_code& ec) {
          ec == make_error_code(errc::no_device);
 }
 
-asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, local_endpoint local,
+asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, connect_setup setup,
                                         socket_options options) {
   switch (options.kind) {
-    case transport::rdma: co_return co_await connect_rdma(peer, local, options);
-    case transport::tcp: co_return co_await connect_tcp(peer, local, options);
+    case transport::rdma: co_return co_await connect_rdma(peer, setup.local, options);
+    case transport::tcp: co_return co_await connect_tcp(peer, setup, options);
     case transport::automatic: break;
   }
   error_code rdma_error;
   if (!verbs::device::names().empty()) {
     try {
-      co_return co_await connect_rdma(peer, local, options);
+      co_return co_await connect_rdma(peer, setup.local, options);
     } catch (const boost::system::system_error& e) {
       rdma_error = e.code();
     } catch (const std::system_error& e) {
@@ -156,7 +182,7 @@ asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, local_endp
     }
     if (!falls_back(rdma_error)) throw boost::system::system_error(rdma_error, "rdma connect");
   }
-  co_return co_await connect_tcp(peer, local, options);
+  co_return co_await connect_tcp(peer, setup, options);
 }
 
 error_code to_error_code(std::exception_ptr e) {
@@ -176,12 +202,11 @@ error_code to_error_code(std::exception_ptr e) {
 }  // namespace
 
 void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
-                   const std::optional<asio::ip::tcp::endpoint>& local, const socket_options& options,
-                   connect_handler handler) {
+                   const connect_setup& setup, const socket_options& options, connect_handler handler) {
   // co_spawn hands the handler's cancellation slot to the coroutine, which passes it to each
   // resolve and connect step it awaits: a cancel ends whichever is pending.
   auto slot = asio::get_associated_cancellation_slot(handler);
-  asio::co_spawn(executor, connect_any(peer, local, options),
+  asio::co_spawn(executor, connect_any(peer, setup, options),
                  asio::bind_cancellation_slot(
                      slot, [handler = std::move(handler)](std::exception_ptr e, connection c) mutable {
                        std::move(handler)(e ? to_error_code(e) : error_code(), std::move(c));

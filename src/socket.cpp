@@ -2,7 +2,10 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -18,7 +21,9 @@ boost::asio::ip::tcp::socket* socket::tcp_socket(error_code& ec) const {
 }
 
 error_code socket::rdma_option(int level, int name, void* value, std::size_t* size) {
-  if (level != IPPROTO_TCP || name != TCP_NODELAY) return boost::asio::error::operation_not_supported;
+  const bool taken =
+      (level == IPPROTO_TCP && name == TCP_NODELAY) || (level == SOL_SOCKET && name == SO_REUSEADDR);
+  if (!taken) return boost::asio::error::operation_not_supported;
   if (value != nullptr) {
     const int on = 1;
     if (*size < sizeof on) return boost::asio::error::invalid_argument;
@@ -36,6 +41,7 @@ socket::socket(socket&& other) noexcept
       connecting_(std::move(other.connecting_)),
       opened_(std::exchange(other.opened_, std::nullopt)),
       bound_(std::exchange(other.bound_, std::nullopt)),
+      set_before_connect_(std::exchange(other.set_before_connect_, {})),
       in_use_(std::exchange(other.in_use_, transport::automatic)),
       non_blocking_(std::exchange(other.non_blocking_, false)),
       local_(other.local_),
@@ -50,6 +56,7 @@ socket& socket::operator=(socket&& other) noexcept {
     connecting_ = std::move(other.connecting_);
     opened_ = std::exchange(other.opened_, std::nullopt);
     bound_ = std::exchange(other.bound_, std::nullopt);
+    set_before_connect_ = std::exchange(other.set_before_connect_, {});
     in_use_ = std::exchange(other.in_use_, transport::automatic);
     non_blocking_ = std::exchange(other.non_blocking_, false);
     local_ = other.local_;
@@ -110,6 +117,7 @@ void socket::close() {
   close_connection();
   opened_.reset();
   bound_.reset();
+  set_before_connect_.clear();
   non_blocking_ = false;
 }
 
@@ -131,6 +139,31 @@ void socket::close(error_code& ec) {
 void socket::open(const protocol_type& protocol, error_code& ec) {
   ec = impl_ || connecting_ || opened_ ? error_code(boost::asio::error::already_open) : error_code();
   if (!ec) opened_ = protocol;
+}
+
+void socket::keep_option(int level, int name, const void* value, std::size_t size, error_code& ec) {
+  ec = {};
+  if (options_.kind != transport::rdma) {  // TCP's answer: a socket's of the same family
+    boost::asio::ip::tcp::socket probe(executor_);
+    probe.open(opened_ ? *opened_ : bound_->protocol(), ec);
+    if (!ec && ::setsockopt(probe.native_handle(), level, name, value, static_cast<socklen_t>(size)) != 0) {
+      ec = error_code(errno, boost::asio::error::get_system_category());
+    }
+  }
+  if (!ec && options_.kind != transport::tcp) ec = rdma_option(level, name, nullptr, nullptr);
+  if (ec) return;
+  const auto* bytes = static_cast<const unsigned char*>(value);
+  auto same =
+      std::find_if(set_before_connect_.begin(), set_before_connect_.end(),
+                   [&](const detail::raw_socket_option& o) { return o.level == level && o.name == name; });
+  if (same == set_before_connect_.end()) same = set_before_connect_.insert(same, {level, name, {}});
+  same->value.assign(bytes, bytes + size);
+}
+
+detail::connect_setup socket::setup() const {
+  std::optional<protocol_type> family = opened_;
+  if (!family && bound_) family = bound_->protocol();
+  return {bound_, set_before_connect_, family};
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {

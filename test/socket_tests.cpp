@@ -2,6 +2,8 @@
 
 #include "socket_tests.hpp"
 
+#include <netinet/in.h>
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/buffered_read_stream.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -107,7 +109,8 @@ void ported_echo(transport kind) {
 
 /// Socket options as a TCP program sets them. Over TCP they reach the connection's socket
 /// (no_delay off and on, keep_alive, a receive buffer size, which Asio reports as set); over
-/// RDMA no_delay is taken and always reads true, anything else is operation_not_supported;
+/// RDMA no_delay and reuse_address are taken and always read true, anything else is
+/// operation_not_supported;
 /// a socket not open gives bad_descriptor; the throwing overloads throw the same. The
 /// connection still carries lines afterwards.
 void socket_options_as_asio(transport kind) {
@@ -142,6 +145,10 @@ void socket_options_as_asio(transport kind) {
     BOOST_CHECK_THROW(p.a.get_option(keep_alive), boost::system::system_error);
     BOOST_CHECK_THROW(p.a.set_option(asio::socket_base::linger(true, 1)), boost::system::system_error);
   }
+  p.a.set_option(asio::socket_base::reuse_address(true));
+  asio::socket_base::reuse_address reuse(false);
+  p.a.get_option(reuse);
+  BOOST_TEST(reuse.value());
   socket closed(p.io, {.kind = kind});
   closed.set_option(tcp::no_delay(true), ec);
   BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
@@ -408,6 +415,106 @@ void bound_before_connecting(transport kind) {
   BOOST_TEST(s.local_endpoint().port() != from.port());
   BOOST_TEST(seen[1] == s.local_endpoint());
   s.close();
+}
+
+namespace {
+// An option no kernel knows (TCP level, name 0x7fff), as a SettableSocketOption.
+struct unknown_option {
+  int value = 1;
+  template <class Protocol>
+  int level(const Protocol&) const {
+    return IPPROTO_TCP;
+  }
+  template <class Protocol>
+  int name(const Protocol&) const {
+    return 0x7fff;
+  }
+  template <class Protocol>
+  const void* data(const Protocol&) const {
+    return &value;
+  }
+  template <class Protocol>
+  std::size_t size(const Protocol&) const {
+    return sizeof value;
+  }
+};
+}  // namespace
+
+void options_before_connecting(transport kind) {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
+  const int connections = kind == transport::tcp ? 3 : 2;
+  std::vector<socket> accepted;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < connections; ++i)
+          accepted.push_back(co_await server.async_accept(asio::use_awaitable));
+      },
+      asio::detached);
+  const tcp::endpoint serving(test_address(), server.local_endpoint().port());
+
+  socket s(io, {.kind = kind});
+  error_code ec;
+  s.set_option(tcp::no_delay(false), ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  s.open(serving.protocol());
+  s.set_option(unknown_option{}, ec);
+  BOOST_TEST((ec == (kind == transport::tcp ? asio::error::no_protocol_option
+                                            : asio::error::operation_not_supported)),
+             ec.message());
+  s.set_option(asio::socket_base::keep_alive(true), ec);
+  BOOST_TEST((kind == transport::tcp ? !ec : ec == asio::error::operation_not_supported), ec.message());
+  s.set_option(tcp::no_delay(false));
+  s.set_option(asio::socket_base::reuse_address(true));
+  tcp::no_delay delay(false);
+  s.get_option(delay, ec);  // read from the connection, which there is not yet
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+
+  s.connect(serving);
+  s.get_option(delay);
+  BOOST_TEST(delay.value() == (kind == transport::rdma));  // over TCP the user's, not the library's
+  asio::socket_base::reuse_address reuse(false);
+  s.get_option(reuse);
+  BOOST_TEST(reuse.value());
+  if (kind == transport::tcp) {
+    asio::socket_base::keep_alive keep_alive(false);
+    s.get_option(keep_alive);
+    BOOST_TEST(keep_alive.value());
+  }
+  s.close();
+
+  // close() forgets what was set: this connection has the library's no_delay.
+  s.open(serving.protocol());
+  s.set_option(tcp::no_delay(false));
+  s.close();
+  s.connect(serving);
+  s.get_option(delay);
+  BOOST_TEST(delay.value());
+  s.close();
+
+  if (kind == transport::tcp) {
+    // automatic: refused where RDMA would refuse it, even if TCP is what connects; what is
+    // kept reaches the TCP connection (RDMA is not tried on a machine without a device, and
+    // is refused by this TCP-only server where there is one).
+    socket either(io);
+    either.open(serving.protocol());
+    either.set_option(asio::socket_base::keep_alive(true), ec);
+    BOOST_TEST((ec == asio::error::operation_not_supported), ec.message());
+    either.set_option(tcp::no_delay(false));
+    either.connect(serving);
+    BOOST_TEST((either.transport_in_use() == transport::tcp));
+    either.get_option(delay);
+    BOOST_TEST(!delay.value());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (accepted.size() < static_cast<std::size_t>(connections) &&
+         std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST(accepted.size() == static_cast<std::size_t>(connections));
 }
 
 /// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an

@@ -31,7 +31,8 @@ void ported_echo(transport kind);
 
 /// Socket options as a TCP program sets them. Over TCP they reach the connection's socket
 /// (no_delay off and on, keep_alive, a receive buffer size, which Asio reports as set); over
-/// RDMA no_delay is taken and always reads true, anything else is operation_not_supported;
+/// RDMA no_delay and reuse_address are taken and always read true, anything else is
+/// operation_not_supported;
 /// a socket not open gives bad_descriptor; the throwing overloads throw the same. The
 /// connection still carries lines afterwards.
 void socket_options_as_asio(transport kind);
@@ -60,6 +61,14 @@ void refused(transport kind);
 /// holds gives address_in_use at connect; a socket cannot be opened twice, nor bound twice or
 /// once connected; a connect that succeeded uses the binding up.
 void bound_before_connecting(transport kind);
+
+/// Options set between open() and connect, as Asio clients set them: refused where not open,
+/// refused at once where a transport the socket may use refuses them (an option the kernel
+/// does not know; over RDMA, and so under automatic, anything but no_delay and
+/// reuse_address), kept otherwise and found on the connection (over TCP the user's
+/// no_delay(false) over the library's default, also after automatic fell back to TCP); a
+/// close forgets them.
+void options_before_connecting(transport kind);
 
 /// coverbs::async_connect over a range, as Asio code connects to a resolver's results: an
 /// endpoint that refuses is passed over for the next, and the one connected to is reported; a

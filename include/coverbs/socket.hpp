@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/blocking_wait.hpp"
@@ -215,10 +216,14 @@ class socket : public boost::asio::socket_base {
   void wait(wait_type what, error_code& ec);
 
   /// Sets a socket option, as `tcp::socket::set_option` (e.g. `tcp::no_delay`,
-  /// `socket_base::keep_alive`). Over TCP it applies to the connection's socket. Over RDMA only
-  /// `tcp::no_delay` is taken, and changes nothing (RDMA never holds a send back to coalesce
-  /// it); any other option throws `operation_not_supported`. Throws `bad_descriptor` when not
-  /// open (options given before connecting are `socket_options`).
+  /// `socket_base::keep_alive`). Over TCP it applies to the connection's socket. Over RDMA
+  /// `tcp::no_delay` and `socket_base::reuse_address` are taken and change nothing (RDMA never
+  /// holds a send back to coalesce it, and rdma_cm has no TIME_WAIT: a port is free once its
+  /// connection's id is gone); any other option throws `operation_not_supported`. Between
+  /// open() (or bind()) and connect the option is kept and set on the connection (over TCP
+  /// before its bind and connect), and refused at once where a transport the socket may use
+  /// refuses it. Throws `bad_descriptor` when neither open nor connected, or while a connect
+  /// is under way (what else a connection needs is in `socket_options`).
   template <class SettableSocketOption>
   void set_option(const SettableSocketOption& option) {
     error_code ec;
@@ -228,6 +233,11 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting through `ec`.
   template <class SettableSocketOption>
   void set_option(const SettableSocketOption& option, error_code& ec) {
+    if (!impl_ && !connecting_ && (opened_ || bound_)) {
+      const protocol_type protocol = opened_ ? *opened_ : bound_->protocol();
+      return keep_option(option.level(protocol), option.name(protocol), option.data(protocol),
+                         option.size(protocol), ec);
+    }
     const auto protocol = remote_.protocol();
     if (auto* tcp = tcp_socket(ec)) {
       tcp->set_option(option, ec);
@@ -236,8 +246,8 @@ class socket : public boost::asio::socket_base {
     }
   }
   /// Reads a socket option, as `tcp::socket::get_option`: over TCP the connection's socket's
-  /// value; over RDMA `tcp::no_delay` is always true and other options throw
-  /// `operation_not_supported`. Throws `bad_descriptor` when not open.
+  /// value; over RDMA `tcp::no_delay` and `reuse_address` are always true and other options
+  /// throw `operation_not_supported`. Throws `bad_descriptor` when not connected.
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option) const {
     error_code ec;
@@ -288,7 +298,7 @@ class socket : public boost::asio::socket_base {
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
           detail::async_connect(
-              self->executor_, peer, self->bound_, self->options_,
+              self->executor_, peer, self->setup(), self->options_,
               detail::connect_handler(boost::asio::bind_cancellation_slot(signal->slot(), std::move(done))));
         },
         token, this, peer);
@@ -601,6 +611,11 @@ class socket : public boost::asio::socket_base {
   boost::asio::ip::tcp::socket* tcp_socket(error_code& ec) const;
   // RDMA's answer to an option a TCP program sets (`value` and `size` null) or reads.
   static error_code rdma_option(int level, int name, void* value, std::size_t* size);
+  // set_option after open() or bind(): kept for the connect where each transport this socket
+  // may use takes it, else refused now with that transport's error.
+  void keep_option(int level, int name, const void* value, std::size_t size, error_code& ec);
+  // What open(), bind() and set_option() said, for the connect.
+  detail::connect_setup setup() const;
 
   template <class Handler, class... Value>
   static void not_open(Handler&& handler, const executor_type& ex, Value... value) {
@@ -628,6 +643,7 @@ class socket : public boost::asio::socket_base {
   std::shared_ptr<boost::asio::cancellation_signal> connecting_;  ///< a pending connect's
   std::optional<protocol_type> opened_;                           ///< open()'s, until close()
   std::optional<endpoint_type> bound_;                            ///< where bind() said to connect from
+  std::vector<detail::raw_socket_option> set_before_connect_;     ///< set_option()'s, until close()
   transport in_use_ = transport::automatic;
   bool non_blocking_ = false;  ///< non_blocking()'s, until close()
   endpoint_type local_, remote_;

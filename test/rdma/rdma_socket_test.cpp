@@ -107,6 +107,9 @@ BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
 BOOST_AUTO_TEST_CASE(bound_before_connecting) {
   test::bound_before_connecting(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(options_before_connecting) {
+  test::options_before_connecting(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(waits) {
   test::waits_as_asio(transport::rdma);
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "coverbs/cm/id.hpp"
 #include "coverbs/detail/rdma_stream.hpp"
@@ -27,11 +28,27 @@ struct connection {
 
 using connect_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
 
+/// A socket option set before connecting, as setsockopt(2) takes it.
+struct raw_socket_option {
+  int level = 0, name = 0;
+  std::vector<unsigned char> value;
+};
+
+/// What a socket said before connecting: bind()'s address and set_option()'s options.
+struct connect_setup {
+  std::optional<boost::asio::ip::tcp::endpoint> local;
+  /// Over TCP set before the bind and the connect (no_delay again once connected, over the
+  /// stream's own); over RDMA only options it takes are ever here, which change nothing.
+  std::vector<raw_socket_option> options;
+  /// The family `options` were checked for (open()'s or bind()'s): a TCP attempt to a peer
+  /// of another fails with address_family_not_supported.
+  std::optional<boost::asio::ip::tcp> family;
+};
+
 /// Connects to `peer` with the transport `options` ask for (automatic: RDMA where a device
-/// reaches the peer and it accepts RDMA, else TCP), from `local` where given.
+/// reaches the peer and it accepts RDMA, else TCP), set up as `setup` says.
 void async_connect(const boost::asio::any_io_executor& executor, const boost::asio::ip::tcp::endpoint& peer,
-                   const std::optional<boost::asio::ip::tcp::endpoint>& local, const socket_options& options,
-                   connect_handler handler);
+                   const connect_setup& setup, const socket_options& options, connect_handler handler);
 
 /// What an RDMA connection's QP depends on, in the order it must be torn down: the cm id
 /// (which frees the QP) first, then the completion service and the protection domain.
