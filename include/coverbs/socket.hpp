@@ -186,8 +186,10 @@ class socket : public boost::asio::socket_base {
   std::size_t available(error_code& ec) const;
 
   /// Whether read_some, write_some, send and receive end with `would_block` instead of
-  /// waiting, as `tcp::socket::non_blocking`; asynchronous operations are not affected.
-  /// Throws `bad_descriptor` unless connected or open()ed; close() turns it off.
+  /// waiting, as `tcp::socket::non_blocking`; asynchronous operations (and connect and wait)
+  /// are not affected. Made from a handler of the socket's context other than the socket's
+  /// own executor's (another strand's), they always give `would_block`. Throws
+  /// `bad_descriptor` unless connected or open()ed; close() turns it off.
   void non_blocking(bool mode);
   /// As above, reporting through `ec`.
   void non_blocking(bool mode, error_code& ec);
@@ -195,11 +197,11 @@ class socket : public boost::asio::socket_base {
   bool non_blocking() const noexcept { return non_blocking_; }
 
   /// Waits until the socket is ready to read, to write, or has an error, as
-  /// `tcp::socket::async_wait`: readable once bytes, a message, end of stream or a failure is
-  /// there (the next read or receive does not wait), writable once a write takes bytes at once
-  /// or fails at once, in error once the connection has failed. Completion: `void(error_code)`,
-  /// `operation_aborted` when cancelled or closed; one wait of each type at a time
-  /// (`in_progress`).
+  /// `tcp::socket::async_wait`: readable once bytes, end of stream or a failure is there (the
+  /// next read_some does not wait) or a message is (the next receive does not), writable once
+  /// a write takes bytes at once or fails at once, in error once the connection has failed.
+  /// Completion: `void(error_code)`, `operation_aborted` when cancelled or closed; one wait of
+  /// each type at a time (`in_progress`).
   template <class CompletionToken = detail::default_socket_token>
   auto async_wait(wait_type what, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
