@@ -13,7 +13,6 @@
 #include <boost/system/system_error.hpp>
 #include <cerrno>
 #include <chrono>
-#include <iterator>
 
 #include "coverbs/detail/handshake.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
@@ -68,11 +67,13 @@ constexpr int connect_attempts_when_stale = 8;
 
 using local_endpoint = std::optional<asio::ip::tcp::endpoint>;
 
-void set_options(asio::ip::tcp::socket& s, const std::vector<raw_socket_option>& options) {
+// Sets those of `options` that `which` picks on `s`.
+template <class Pick>
+void set_options(asio::ip::tcp::socket& s, const std::vector<raw_socket_option>& options, Pick which) {
   for (const raw_socket_option& o : options) {
-    if (::setsockopt(s.native_handle(), o.level, o.name, o.value.data(),
-                     static_cast<socklen_t>(o.value.size())) != 0) {
-      throw boost::system::system_error(error_code(errno, asio::error::get_system_category()), "set_option");
+    if (!which(o)) continue;
+    if (error_code ec = set_raw_option(s.native_handle(), o.level, o.name, o.value.data(), o.value.size())) {
+      throw boost::system::system_error(ec, "set_option");
     }
   }
 }
@@ -140,7 +141,8 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const conn
   }
   if (setup.local || !setup.options.empty()) {
     s.open(peer.protocol());
-    set_options(s, setup.options);  // before the bind: reuse_address; before the connect: buffer sizes
+    // Before the bind: reuse_address; before the connect: buffer sizes.
+    set_options(s, setup.options, [](const raw_socket_option&) { return true; });
   }
   if (setup.local) s.bind(*setup.local);
   co_await s.async_connect(peer, asio::use_awaitable);
@@ -148,10 +150,8 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const conn
   auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
   // The stream turns no_delay on; the user's word stands. Only that one is set again: some
   // options (IPV6_V6ONLY) are refused once a socket is bound or connected.
-  std::vector<raw_socket_option> no_delay;
-  std::copy_if(setup.options.begin(), setup.options.end(), std::back_inserter(no_delay),
-               [](const raw_socket_option& o) { return o.level == IPPROTO_TCP && o.name == TCP_NODELAY; });
-  set_options(stream->socket(), no_delay);
+  set_options(stream->socket(), setup.options,
+              [](const raw_socket_option& o) { return o.level == IPPROTO_TCP && o.name == TCP_NODELAY; });
   stream->start();
   co_return connection{stream, from, to, transport::tcp};
 }
@@ -200,6 +200,11 @@ error_code to_error_code(std::exception_ptr e) {
 }
 
 }  // namespace
+
+error_code set_raw_option(int fd, int level, int name, const void* value, std::size_t size) {
+  if (::setsockopt(fd, level, name, value, static_cast<socklen_t>(size)) == 0) return {};
+  return error_code(errno, asio::error::get_system_category());
+}
 
 void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
                    const connect_setup& setup, const socket_options& options, connect_handler handler) {

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -146,9 +145,7 @@ void socket::keep_option(int level, int name, const void* value, std::size_t siz
   if (options_.kind != transport::rdma) {  // TCP's answer: a socket's of the same family
     boost::asio::ip::tcp::socket probe(executor_);
     probe.open(opened_ ? *opened_ : bound_->protocol(), ec);
-    if (!ec && ::setsockopt(probe.native_handle(), level, name, value, static_cast<socklen_t>(size)) != 0) {
-      ec = error_code(errno, boost::asio::error::get_system_category());
-    }
+    if (!ec) ec = detail::set_raw_option(probe.native_handle(), level, name, value, size);
   }
   if (!ec && options_.kind != transport::tcp) ec = rdma_option(level, name, nullptr, nullptr);
   if (ec) return;

@@ -164,6 +164,11 @@ error_code stream_core::write_error() const {
   return error::broken_pipe;
 }
 
+error_code stream_core::sending_refusal() const {
+  if (sending_shut_) return error::broken_pipe;
+  return failure_ ? write_error() : error_code();
+}
+
 void stream_core::read_some(const mutable_buffer_list& buffers, size_handler handler) {
   if (read_) return complete(handler, error::in_progress, 0, true);
   read_.emplace(buffers, std::move(handler));
@@ -247,8 +252,7 @@ bool stream_core::transmit_now(const_buffer_list& buffers, bool message, std::si
   const std::size_t size = buffers.bytes();
   // Below min_direct_bytes neither transport's transmit_direct takes the bytes; errors, an
   // empty write and a message too large are left to write_some and send_message.
-  if ((message ? send_.has_value() : write_.has_value()) || sending_shut_ || failure_ ||
-      size >= min_direct_bytes) {
+  if ((message ? send_.has_value() : write_.has_value()) || sending_refusal() || size >= min_direct_bytes) {
     return false;
   }
   if (!message) return size > 0 && (n = transmit(buffers, false)) > 0;
@@ -266,13 +270,9 @@ void stream_core::shutdown_sending() {
 
 void stream_core::serve_write(bool defer) {
   if (!write_ || direct_pending(false)) return;
-  error_code ec;
+  const error_code ec = sending_refusal();
   std::size_t n = 0;
-  if (sending_shut_) {
-    ec = error::broken_pipe;
-  } else if (failure_) {
-    ec = write_error();
-  } else if (!write_->buffers.empty()) {
+  if (!ec && !write_->buffers.empty()) {
     if ((direct_bytes_[false] = transmit_direct(write_->buffers, false)) > 0) return;
     n = transmit(write_->buffers, false);
     if (n == 0) return;  // no credit or buffer now; capacity_available() retries
@@ -299,16 +299,11 @@ void stream_core::send_message(const const_buffer_list& buffers, size_handler ha
 
 void stream_core::serve_send(bool defer) {
   if (!send_ || direct_pending(true)) return;
-  error_code ec;
+  const error_code ec = sending_refusal();
   const std::size_t size = send_->buffers.bytes();
-  if (sending_shut_) {
-    ec = error::broken_pipe;
-  } else if (failure_) {
-    ec = write_error();
-  } else if (size >= min_direct_bytes && (direct_bytes_[true] = transmit_direct(send_->buffers, true)) > 0) {
-    return;
-  } else if (transmit(send_->buffers, true) == 0) {  // transports return at least 1 when they took it
-    return;
+  if (!ec) {
+    if (size >= min_direct_bytes && (direct_bytes_[true] = transmit_direct(send_->buffers, true)) > 0) return;
+    if (transmit(send_->buffers, true) == 0) return;  // transports return at least 1 when they took it
   }
   end_operation(send_, ec, ec ? 0 : size, defer);
 }

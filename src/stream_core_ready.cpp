@@ -13,7 +13,7 @@ bool stream_core::ready(wait_type which) const noexcept {
   switch (which) {
     case boost::asio::socket_base::wait_read:
       return !bytes_.empty() || !messages_.empty() || end_of_stream_ || failure_;
-    case boost::asio::socket_base::wait_write: return sending_shut_ || failure_ || writable();
+    case boost::asio::socket_base::wait_write: return sending_refusal() || writable();
     case boost::asio::socket_base::wait_error: return failure_.has_value();
   }
   return false;
@@ -93,17 +93,10 @@ std::size_t stream_core::receive_now(const mutable_buffer_list& buffers, error_c
 }
 
 std::size_t stream_core::write_now(const_buffer_list buffers, bool message, error_code& ec) {
-  ec = {};
   const std::size_t size = buffers.bytes();
-  if (message ? send_.has_value() : write_.has_value()) {
-    ec = error::in_progress;
-  } else if (sending_shut_) {
-    ec = error::broken_pipe;
-  } else if (failure_) {
-    ec = write_error();
-  } else if (message && size > max_message_size()) {
-    ec = error::message_size;
-  }
+  const bool pending = message ? send_.has_value() : write_.has_value();
+  ec = pending ? error_code(error::in_progress) : sending_refusal();
+  if (!ec && message && size > max_message_size()) ec = error::message_size;
   if (ec || (!message && size == 0)) return 0;
   // transmit copies (the caller's memory is free on return); it takes none without a credit,
   // a buffer or room in the send queue.

@@ -34,6 +34,9 @@ struct raw_socket_option {
   std::vector<unsigned char> value;
 };
 
+/// setsockopt(2) on `fd`, its errno as an error_code.
+error_code set_raw_option(int fd, int level, int name, const void* value, std::size_t size);
+
 /// What a socket said before connecting: bind()'s address and set_option()'s options.
 struct connect_setup {
   std::optional<boost::asio::ip::tcp::endpoint> local;

@@ -273,6 +273,9 @@ class stream_core : public handler_holder {
                      std::optional<std::uint32_t> used_up = std::nullopt);
   error_code read_error() const;
   error_code write_error() const;
+  /// What a write or send started now ends with before any byte moves: broken_pipe after
+  /// shutdown(send), write_error() after a failure, else nothing.
+  error_code sending_refusal() const;
   void fail_immediate_waiter(error_code ec, bool defer);
 
   boost::asio::any_io_executor executor_;
