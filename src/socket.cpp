@@ -164,7 +164,7 @@ detail::connect_setup socket::setup() const {
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {
-  ec = impl_ || opened_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = impl_ || opened_ || bound_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
   if (!ec) non_blocking_ = mode;
 }
 

@@ -257,6 +257,10 @@ void non_blocking_as_asio(transport kind) {
   BOOST_TEST(s.non_blocking());
   s.close();
   BOOST_TEST(!s.non_blocking());
+  s.bind({p.a.local_endpoint().address(), 0});  // bind() alone: open() is implied, as for set_option
+  s.non_blocking(true);
+  BOOST_TEST(s.non_blocking());
+  s.close();
 
   p.b.non_blocking(true);
   std::vector<char> in(64);

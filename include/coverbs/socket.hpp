@@ -189,7 +189,7 @@ class socket : public boost::asio::socket_base {
   /// waiting, as `tcp::socket::non_blocking`; asynchronous operations (and connect and wait)
   /// are not affected. Made from a handler of the socket's context other than the socket's
   /// own executor's (another strand's), they always give `would_block`. Throws
-  /// `bad_descriptor` unless connected or open()ed; close() turns it off.
+  /// `bad_descriptor` unless connected, open()ed or bound; close() turns it off.
   void non_blocking(bool mode);
   /// As above, reporting through `ec`.
   void non_blocking(bool mode, error_code& ec);
