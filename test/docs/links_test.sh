@@ -13,11 +13,20 @@ mapfile -t files < <(git ls-files '*.md' 2>/dev/null)
     mapfile -t files < <(find . -name '*.md' -not -path './.git/*' -not -path './build*' -not -path './third_party/*')
 for md in "${files[@]}"; do
     dir=$(dirname "$md")
-    # inline links and images, ](target) or ](target "title"), outside code
     # shellcheck disable=SC2016 # the backquotes are literal
+    text=$(awk '/^ *(```|~~~)/ { fenced = !fenced; next } !fenced' "$md" | sed 's/`[^`]*`//g')
+    # Inline links and images, ](target) or ](target "title"), and reference definitions,
+    # [label]: target (footnotes, [^1]:, aside); a target may be <in angle brackets>, with
+    # spaces as %20.
     while IFS= read -r target; do
-        target=${target%% *}
+        if [[ $target == '<'* ]]; then
+            target=${target#<}
+            target=${target%%>*}
+        else
+            target=${target%% *}
+        fi
         target=${target%%#*}
+        target=${target//%20/ }
         case $target in '' | http://* | https://* | mailto:*) continue ;; esac
         checked=$((checked + 1))
         case $target in /*) path=.$target ;; *) path=$dir/$target ;; esac  # /...: from the root
@@ -25,8 +34,8 @@ for md in "${files[@]}"; do
             echo "FAIL: $md links to $target, which does not exist"
             failed=1
         fi
-    done < <(awk '/^ *(```|~~~)/ { fenced = !fenced; next } !fenced' "$md" | sed 's/`[^`]*`//g' |
-        grep -o '\](\([^)]*\))' | sed 's/^](\(.*\))$/\1/')
+    done < <(grep -o '\](\([^)]*\))' <<<"$text" | sed 's/^](\(.*\))$/\1/'
+        sed -n 's/^ \{0,3\}\[[^]^][^]]*\]: *\(<[^>]*>\|[^ ]*\).*$/\1/p' <<<"$text")
 done
 [ $checked -gt 0 ] || { echo "FAIL: no relative links found; is $root the source tree?"; exit 1; }
 [ $failed = 0 ] && echo "ok: $checked relative links resolve"
