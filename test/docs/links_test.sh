@@ -23,7 +23,7 @@ for md in "${files[@]}"; do
             target=${target#<}
             target=${target%%>*}
         else
-            target=${target%% *}
+            target=${target%%[[:blank:]]*}
         fi
         target=${target%%#*}
         target=${target//%20/ }
@@ -35,7 +35,7 @@ for md in "${files[@]}"; do
             failed=1
         fi
     done < <(grep -o '\](\([^)]*\))' <<<"$text" | sed 's/^](\(.*\))$/\1/'
-        sed -n 's/^ \{0,3\}\[[^]^][^]]*\]: *\(<[^>]*>\|[^ ]*\).*$/\1/p' <<<"$text")
+        sed -nE 's/^ {0,3}\[[^]^][^]]*\]:[[:blank:]]*(<[^>]*>|[^[:blank:]]*).*$/\1/p' <<<"$text")
 done
 [ $checked -gt 0 ] || { echo "FAIL: no relative links found; is $root the source tree?"; exit 1; }
 [ $failed = 0 ] && echo "ok: $checked relative links resolve"
