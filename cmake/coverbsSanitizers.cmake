@@ -30,8 +30,8 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # use_future, for an empty allocator); the plain build keeps this warning as an error.
   add_compile_options(-Wno-maybe-uninitialized)
   # Tracking where each local lives through -O1's transformations took a fifth of the compile
-  # time (websocket_tests.cpp: 104 s with it, 82 s without); the reports' stacks need only
-  # the line tables, which stay.
+  # time (websocket_tests.cpp: 104 s with it, 82 s without); the reports' stacks need the
+  # line tables and the records of what was inlined where, which stay.
   add_compile_options(-fno-var-tracking)
   if(COVERBS_SANITIZE MATCHES "thread")
     # TSan does not model the fences in Asio's fenced blocks; the scheduler's mutex, which it

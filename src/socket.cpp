@@ -68,7 +68,7 @@ socket::~socket() { close(); }
 
 void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, endpoint_type local,
                     endpoint_type remote) {
-  const bool non_blocking = non_blocking_;  // set after open(), it holds for the connection
+  const bool non_blocking = non_blocking_;  // set after open() or bind(), it holds for the connection
   close();  // a binding is used up by the connect that attaches
   non_blocking_ = non_blocking;
   impl_ = std::move(impl);
