@@ -1,3 +1,5 @@
+// tcp_stream: receiving frames and handing them out, failure and close. Sending is in
+// tcp_stream_send.cpp, the one-sided operations in tcp_stream_one_sided.cpp.
 #include "coverbs/detail/tcp_stream.hpp"
 
 #include <limits>
@@ -14,22 +16,19 @@
 #include <cstring>
 #include <utility>
 
+#include "tcp_stream_shared.hpp"
+
 namespace coverbs::detail {
 
 namespace error = boost::asio::error;
 using wire::frame_status;
 using wire::frame_type;
 using kind = one_sided_request::kind;
+using tcp_stream_shared::flushed;
 
 namespace {
 // Received bytes held for the application before reading pauses (TCP then holds the peer back).
 constexpr std::size_t max_held_bytes = 4u << 20;
-// Bytes queued for sending before writes wait: enough to keep TCP busy, bounded for slow peers.
-constexpr std::size_t max_outgoing_bytes = 2u << 20;
-// Frame buffers kept for reuse, so that steady streaming allocates nothing: as many as one
-// gathered write takes, holding no more memory than the outgoing queue may.
-constexpr std::size_t max_spare_frames = 64;
-constexpr std::size_t max_spare_bytes = max_outgoing_bytes;
 // One read takes up to this much: a burst of small frames per system call.
 constexpr std::size_t inbox_size = 16 * 1024;
 constexpr std::size_t whole_inbox = std::numeric_limits<std::size_t>::max();  // read_past_inbox
@@ -43,21 +42,12 @@ constexpr std::size_t min_inbox_segment = 2 * 1024;
 // fed for ever, starving every other handler of the context (timers, other connections).
 constexpr unsigned reads_per_turn = 16;
 
-error_code malformed() { return make_error_code(errc::malformed_frame); }
-error_code flushed() { return make_error_code(wc_errc::flushed); }
+error_code malformed() {
+  return make_error_code(errc::malformed_frame);
+}
 // The stream ended inside a frame: the peer went away while writing (killed, crashed), which
 // is not an orderly end, and not a malformed frame either.
 const error_code truncated = error::connection_reset;
-
-bool is_atomic(kind k) { return k == kind::fetch_add || k == kind::compare_swap; }
-
-// The header of `n` bytes of stream data, or of a message of `n` bytes (which also says its length).
-wire::frame_header payload_header(std::size_t n, bool message) {
-  wire::frame_header h{.type = message ? frame_type::message : frame_type::data,
-                       .payload_length = static_cast<std::uint32_t>(n)};
-  if (message) h.length = static_cast<std::uint32_t>(n);
-  return h;
-}
 
 frame_type response_to(kind k) {
   switch (k) {
@@ -74,14 +64,6 @@ frame_type response_to(kind k) {
 bool is_request(frame_type t) {
   return t == frame_type::write || t == frame_type::write_with_immediate || t == frame_type::read_request ||
          t == frame_type::atomic_fetch_add || t == frame_type::atomic_compare_swap;
-}
-
-error_code check_atomic_arguments(const one_sided_request& r) {
-  if (r.local.size < 8 || r.remote.length < 8) return make_error_code(errc::buffer_too_small);
-  if (r.remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(r.local.data) % 8 != 0) {
-    return make_error_code(errc::misaligned_atomic);
-  }
-  return {};
 }
 
 }  // namespace
@@ -692,366 +674,6 @@ void tcp_stream::release(std::uint32_t tag) {
   held_bytes_ -= slots_[tag].size();
   if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
   resume_reading();
-}
-
-// --- responder ----------------------------------------------------------------------------
-
-void tcp_stream::answer_write(error_code ec) {
-  const wire::frame_header& h = header_;
-  send_response(
-      {.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)});
-  if (ec) return refuse(ec);
-  if (h.type == frame_type::write_with_immediate) deliver_immediate(h.immediate);
-}
-
-void tcp_stream::answer_read() {
-  const wire::frame_header& h = header_;
-  std::byte* at = nullptr;
-  const error_code ec = regions_.read_source(h.rkey, h.remote_address, h.length, at);
-  const std::size_t n = ec ? 0 : h.length;
-  const_buffer_list payload(boost::asio::buffer(at, n));
-  send_copied({.type = frame_type::read_response,
-               .payload_length = static_cast<std::uint32_t>(n),
-               .request_id = h.request_id,
-               .length = h.length,
-               .status = wire::to_status(ec)},
-              payload, true);
-  if (ec) refuse(ec);
-}
-
-void tcp_stream::answer_atomic() {
-  const wire::frame_header& h = header_;
-  std::uint64_t previous = 0;
-  const error_code ec = h.type == frame_type::atomic_fetch_add
-                            ? regions_.apply_fetch_add(h.rkey, h.remote_address, h.compare_add, previous)
-                            : regions_.apply_compare_swap(h.rkey, h.remote_address, h.compare_add, h.swap, previous);
-  send_response({.type = frame_type::atomic_response,
-                 .request_id = h.request_id,
-                 .compare_add = ec ? 0 : previous,
-                 .status = wire::to_status(ec)});
-  if (ec) refuse(ec);
-}
-
-// A refused request puts the connection in error, as it puts both RC queue pairs: the peer
-// learns why from the response and the close frame after it, and nothing more is served.
-void tcp_stream::refuse(error_code ec) {
-  fail(error::eof, flushed(), flushed(), wire::to_status(ec));
-}
-
-// --- requester ----------------------------------------------------------------------------
-
-void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
-  start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
-}
-
-void tcp_stream::atomic(const one_sided_request& request, value_handler handler) {
-  if (const error_code ec = check_atomic_arguments(request)) {
-    return hand_over(std::move(handler), true, ec, std::uint64_t{0});
-  }
-  start_operation({.request = request, .on_size = {}, .on_value = std::move(handler)});
-}
-
-void tcp_stream::start_operation(one_sided_op op) {
-  if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
-  operations_.push_back(std::move(op));
-  send_requests();
-  want_input();  // its answers
-}
-
-// Frames go out in operation order, so responses, which come back in that order, complete
-// operations in the order they were started.
-void tcp_stream::send_requests() {
-  while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size() && unanswered_ < max_unanswered &&
-         outgoing_bytes_ < max_outgoing_bytes) {
-    one_sided_op& op = operations_[next_to_send_];
-    send_request_frame(op);
-    if (op.sent == op.frames) ++next_to_send_;
-  }
-}
-
-void tcp_stream::send_request_frame(one_sided_op& op) {
-  const one_sided_request& r = op.request;
-  if (op.frames == 0) {
-    op.frames = is_atomic(r.op) ? 1 : static_cast<std::uint32_t>(wire::frame_count(r.local.size, limit_));
-  }
-  const std::uint64_t offset = std::uint64_t{op.sent} * limit_;
-  const wire::frame_header h = request_header(op, offset);
-  const_buffer_list payload(
-      boost::asio::buffer(static_cast<const std::byte*>(r.local.data) + offset, h.payload_length));
-  ++op.sent;
-  ++unanswered_;
-  send_copied(h, payload);
-}
-
-// The header of `op`'s next part, which starts `offset` bytes into it.
-wire::frame_header tcp_stream::request_header(const one_sided_op& op, std::uint64_t offset) {
-  const one_sided_request& r = op.request;
-  wire::frame_header h{.request_id = next_request_id_++, .remote_address = r.remote.address + offset, .rkey = r.remote.rkey};
-  switch (r.op) {
-    case kind::read:
-      h.type = frame_type::read_request;
-      h.length = part_length(op, op.sent);
-      break;
-    case kind::write:
-    case kind::write_with_immediate: {
-      // Only the last part carries the immediate, so the peer sees it after all the data.
-      const bool with_immediate = r.op == kind::write_with_immediate && op.sent + 1 == op.frames;
-      h.type = with_immediate ? frame_type::write_with_immediate : frame_type::write;
-      h.immediate = with_immediate ? r.immediate : 0;
-      h.length = static_cast<std::uint32_t>(r.local.size - offset);
-      h.payload_length = part_length(op, op.sent);
-      break;
-    }
-    case kind::fetch_add:
-      h.type = frame_type::atomic_fetch_add;
-      h.compare_add = r.compare_add;
-      break;
-    case kind::compare_swap:
-      h.type = frame_type::atomic_compare_swap;
-      h.compare_add = r.compare_add;
-      h.swap = r.swap;
-      break;
-  }
-  return h;
-}
-
-std::uint32_t tcp_stream::part_length(const one_sided_op& op, std::uint32_t part) const noexcept {
-  return wire::chunk_size(op.request.local.size, std::uint64_t{part} * limit_, limit_);
-}
-
-void tcp_stream::on_response() {
-  --unanswered_;
-  one_sided_op& op = operations_.front();
-  if (header_.status != frame_status::ok) {
-    // As when an RC requester gets a NAK: this operation fails, the ones behind it are
-    // flushed. The peer's close frame follows; it is not waited for.
-    return fail(error::eof, wire::to_error_code(header_.status), flushed(), frame_status::ok);
-  }
-  std::uint64_t value = op.request.local.size;
-  if (header_.type == frame_type::read_response && header_.length != 0) {
-    std::memcpy(static_cast<std::byte*>(op.request.local.data) + std::uint64_t{op.answered} * limit_, scratch_.data(),
-                header_.length);
-  } else if (header_.type == frame_type::atomic_response) {
-    value = header_.compare_add;
-    std::memcpy(op.request.local.data, &value, sizeof value);
-  }
-  if (++op.answered < op.frames) return send_requests();
-  one_sided_op done = std::move(operations_.front());
-  operations_.pop_front();
-  --next_to_send_;
-  send_requests();
-  finish(done, {}, value, false);
-}
-
-void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
-  if (ec) value = 0;  // a failed operation moved nothing
-  if (op.on_size) return hand_over(std::move(op.on_size), defer, ec, static_cast<std::size_t>(value));
-  hand_over(std::move(op.on_value), defer, ec, value);
-}
-
-std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
-                                          remote_buffer& remote) {
-  lkey = 0;
-  answers_peer_ = true;
-  want_input();
-  remote = regions_.register_region(memory, rights);
-  return remote.rkey;  // unique while registered, so it is the handle too
-}
-
-void tcp_stream::deregister_memory(std::uint32_t handle) noexcept { regions_.deregister(handle); }
-
-// --- sending ------------------------------------------------------------------------------
-
-std::vector<std::byte> tcp_stream::take_frame(std::size_t payload) {
-  std::vector<std::byte> frame;
-  if (!spare_frames_.empty()) {
-    frame = std::move(spare_frames_.back());
-    spare_frames_.pop_back();
-    spare_bytes_ -= frame.capacity();
-  }
-  frame.resize(wire::header_size + payload);
-  return frame;
-}
-
-void tcp_stream::send_frame(const wire::frame_header& h) {
-  queue_frame(h, {take_frame(0)});
-}
-
-std::size_t tcp_stream::send_direct_frame(const wire::frame_header& h, const const_buffer_list& payload) {
-  const bool message = h.type == frame_type::message;
-  direct_payload& d = direct_payload_[message];
-  d.count = payload.view_front(h.payload_length, d.pieces);
-  queue_frame(h, {take_frame(0), false, true, message});
-  return h.payload_length;
-}
-
-void tcp_stream::queue_frame(const wire::frame_header& h, outgoing_frame f) {
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(f.bytes.data(), wire::header_size));
-  queue_bytes(std::move(f));
-}
-
-void tcp_stream::queue_bytes(outgoing_frame f) {
-  outgoing_bytes_ += f.bytes.size();
-  if (f.response) ++responses_queued_;
-  outgoing_.push_back(std::move(f));
-  if (!writing_) write_next();
-}
-
-void tcp_stream::write_next() {
-  if (outgoing_.empty() || closed_) {
-    writing_ = false;
-    return;
-  }
-  writing_ = true;
-  want_input();
-  // Every queued frame (up to the gather array) in one write: one system call for a burst of
-  // small frames instead of one each.
-  std::size_t pieces = 0;
-  for (gathered_ = 0; gathered_ < outgoing_.size(); ++gathered_) {
-    const outgoing_frame& f = outgoing_[gathered_];
-    const direct_payload* payload = f.direct ? &direct_payload_[f.direct_message] : nullptr;
-    const std::size_t payload_pieces = payload != nullptr ? payload->count : 0;
-    if (gathered_ == max_gathered_frames || pieces + 1 + payload_pieces > gather_.size()) break;
-    gather_[pieces++] = boost::asio::buffer(f.bytes);
-    for (std::size_t i = 0; i < payload_pieces; ++i) gather_[pieces++] = payload->pieces[i];
-  }
-  gather_begin_ = 0;
-  gather_end_ = pieces;
-  write_gathered();
-}
-
-// Plain write_some calls rather than asio::async_write: its composed operation copies the
-// buffer sequence on every step, a tenth of the instructions of a small-write stream.
-void tcp_stream::write_gathered() {
-  socket_.async_write_some(
-      std::span<const boost::asio::const_buffer>(gather_.data() + gather_begin_, gather_end_ - gather_begin_),
-      boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-        self->on_write_some(ec, n);
-      }));
-}
-
-void tcp_stream::on_write_some(error_code ec, std::size_t n) {
-  while (gather_begin_ < gather_end_ && n >= gather_[gather_begin_].size())
-    n -= gather_[gather_begin_++].size();
-  if (n > 0) gather_[gather_begin_] += n;  // a piece written in part
-  if (!ec && !closed_ && gather_begin_ < gather_end_) return write_gathered();
-  on_written(ec);
-}
-
-void tcp_stream::on_written(error_code ec) {
-  std::array<bool, 2> direct_sent{};  // a write's, a message's
-  for (; gathered_ > 0; --gathered_) {
-    outgoing_frame& sent = outgoing_.front();
-    if (sent.direct) direct_sent[sent.direct_message] = true;
-    outgoing_bytes_ -= sent.bytes.size();
-    if (sent.response) --responses_queued_;
-    if (spare_frames_.size() < max_spare_frames && spare_bytes_ + sent.bytes.capacity() <= max_spare_bytes) {
-      spare_bytes_ += sent.bytes.capacity();
-      spare_frames_.push_back(std::move(sent.bytes));
-    }
-    outgoing_.pop_front();
-  }
-  if (closed_ || ec) {
-    writing_ = false;
-    // The peer is gone (a write fails on a reset connection): reads report that, and writes
-    // still get broken_pipe from stream_core, as on a TCP socket.
-    if (!closed_) connection_lost(error::connection_reset);
-    // Written or not, the direct frames' memory is their callers' again.
-    for (const bool message : {false, true}) {
-      if (direct_pending(message)) direct_done(message, ec ? ec : error::operation_aborted);
-    }
-    return;
-  }
-  write_next();
-  for (const bool message : {false, true}) {
-    if (direct_sent[message]) direct_done(message, {});
-  }
-  resume_reading();
-  send_requests();
-  capacity_available();
-}
-
-bool tcp_stream::takes_payload() const noexcept {
-  return limit_ > 0 && !stream_ended_ && !broken_ && outgoing_bytes_ < max_outgoing_bytes;
-}
-
-std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
-  if (!takes_payload()) return 0;
-  const std::size_t total = buffers.bytes();
-  if (message && total > limit_) {
-    // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
-    // failing (outside this initiating call) beats a send that waits for ever.
-    boost::asio::post(get_executor(), [self = shared_from_this()] {
-      self->fail(error::message_size, flushed(), flushed(), frame_status::remote_operation);
-    });
-    return 0;
-  }
-  const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
-  send_copied(payload_header(n, message), buffers);
-  return n > 0 ? n : 1;  // an empty message still counts as sent
-}
-
-// The frame goes to the socket at once if nothing is queued (write_at_once); what the socket
-// does not take is copied into a frame and queued, as if it had taken none. Either way the
-// caller's memory is free again on return.
-void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& payload, bool response) {
-  const std::size_t n = h.payload_length;
-  std::array<std::byte, wire::header_size> header;
-  wire::encode_header(h, header);
-  const std::size_t written = write_at_once(header, payload, n);
-  if (written == header.size() + n) return payload.consume(n);
-  std::vector<std::byte> frame = take_frame(n);
-  std::memcpy(frame.data(), header.data(), header.size());
-  payload.take(frame.data() + header.size(), n);
-  frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
-  queue_bytes({std::move(frame), response});
-}
-
-// A response without payload goes out as read responses do: at once where nothing is queued, so
-// that a lone one-sided WRITE or atomic is answered without an asynchronous write of our own.
-void tcp_stream::send_response(const wire::frame_header& h) {
-  const_buffer_list no_payload;
-  send_copied(h, no_payload, true);
-}
-
-// A small write or message costs a copy into a frame, a queued asynchronous write and its
-// completion handler; when nothing else is waiting to go out, one non-blocking writev of the
-// header and the caller's buffers does it all, which is what a write on an Asio socket costs.
-// A failure is left to the queued path, which reports it.
-std::size_t tcp_stream::write_at_once(std::span<const std::byte> header, const const_buffer_list& payload,
-                                      std::size_t n) {
-  if (writing_ || !outgoing_.empty() || closed_) return 0;
-  // sendmsg itself: the socket's write_some would first build the same iovec array from a
-  // buffer sequence, a measurable part of a small write's cost.
-  std::array<iovec, 1 + const_buffer_list::capacity> pieces;  // left uninitialised
-  pieces[0] = {const_cast<std::byte*>(header.data()), header.size()};
-  const std::size_t count = 1 + payload.visit_front(n, [&](std::size_t i, boost::asio::const_buffer b) {
-    pieces[i + 1] = {const_cast<void*>(b.data()), b.size()};
-  });
-  msghdr message{};
-  message.msg_iov = pieces.data();
-  message.msg_iovlen = count;
-  const ssize_t written = ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
-  return written > 0 ? static_cast<std::size_t>(written) : 0;
-}
-
-// A large write or message goes out as a header followed by the caller's own buffers, gathered
-// into one write; it completes once the kernel has taken them all, as a write on an Asio
-// socket does.
-std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  if (!takes_payload()) return 0;
-  const std::size_t total = buffers.bytes();
-  if (message && total > limit_) return 0;  // transmit fails it
-  const std::size_t n = std::min<std::size_t>(total, limit_);
-  if (n < min_direct_bytes) return 0;
-  return send_direct_frame(payload_header(n, message), buffers);
-}
-
-// close(ok) ends this side's stream bytes and messages only; one-sided operations go on.
-void tcp_stream::shutdown_send() {
-  if (stream_ended_ || broken_) return;
-  stream_ended_ = true;
-  send_frame({.type = frame_type::close});
 }
 
 // --- failure and close --------------------------------------------------------------------

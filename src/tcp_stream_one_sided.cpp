@@ -1,0 +1,206 @@
+// tcp_stream's one-sided operations: as requester, each becomes request frames that the peer's
+// library answers; as responder, the peer's requests are checked against this side's regions
+// (key, bounds, access) and answered as an RDMA device would.
+#include <boost/asio/error.hpp>
+#include <cstdint>
+#include <cstring>
+
+#include "coverbs/detail/tcp_stream.hpp"
+#include "tcp_stream_shared.hpp"
+
+namespace coverbs::detail {
+
+namespace error = boost::asio::error;
+using wire::frame_status;
+using wire::frame_type;
+using kind = one_sided_request::kind;
+using tcp_stream_shared::flushed;
+using tcp_stream_shared::max_outgoing_bytes;
+
+namespace {
+
+bool is_atomic(kind k) {
+  return k == kind::fetch_add || k == kind::compare_swap;
+}
+
+error_code check_atomic_arguments(const one_sided_request& r) {
+  if (r.local.size < 8 || r.remote.length < 8) return make_error_code(errc::buffer_too_small);
+  if (r.remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(r.local.data) % 8 != 0) {
+    return make_error_code(errc::misaligned_atomic);
+  }
+  return {};
+}
+
+}  // namespace
+
+// --- responder ----------------------------------------------------------------------------
+
+void tcp_stream::answer_write(error_code ec) {
+  const wire::frame_header& h = header_;
+  send_response(
+      {.type = frame_type::write_response, .request_id = h.request_id, .status = wire::to_status(ec)});
+  if (ec) return refuse(ec);
+  if (h.type == frame_type::write_with_immediate) deliver_immediate(h.immediate);
+}
+
+void tcp_stream::answer_read() {
+  const wire::frame_header& h = header_;
+  std::byte* at = nullptr;
+  const error_code ec = regions_.read_source(h.rkey, h.remote_address, h.length, at);
+  const std::size_t n = ec ? 0 : h.length;
+  const_buffer_list payload(boost::asio::buffer(at, n));
+  send_copied({.type = frame_type::read_response,
+               .payload_length = static_cast<std::uint32_t>(n),
+               .request_id = h.request_id,
+               .length = h.length,
+               .status = wire::to_status(ec)},
+              payload, true);
+  if (ec) refuse(ec);
+}
+
+void tcp_stream::answer_atomic() {
+  const wire::frame_header& h = header_;
+  std::uint64_t previous = 0;
+  const error_code ec =
+      h.type == frame_type::atomic_fetch_add
+          ? regions_.apply_fetch_add(h.rkey, h.remote_address, h.compare_add, previous)
+          : regions_.apply_compare_swap(h.rkey, h.remote_address, h.compare_add, h.swap, previous);
+  send_response({.type = frame_type::atomic_response,
+                 .request_id = h.request_id,
+                 .compare_add = ec ? 0 : previous,
+                 .status = wire::to_status(ec)});
+  if (ec) refuse(ec);
+}
+
+// A refused request puts the connection in error, as it puts both RC queue pairs: the peer
+// learns why from the response and the close frame after it, and nothing more is served.
+void tcp_stream::refuse(error_code ec) {
+  fail(error::eof, flushed(), flushed(), wire::to_status(ec));
+}
+
+// --- requester ----------------------------------------------------------------------------
+
+void tcp_stream::transfer(const one_sided_request& request, size_handler handler) {
+  start_operation({.request = request, .on_size = std::move(handler), .on_value = {}});
+}
+
+void tcp_stream::atomic(const one_sided_request& request, value_handler handler) {
+  if (const error_code ec = check_atomic_arguments(request)) {
+    return hand_over(std::move(handler), true, ec, std::uint64_t{0});
+  }
+  start_operation({.request = request, .on_size = {}, .on_value = std::move(handler)});
+}
+
+void tcp_stream::start_operation(one_sided_op op) {
+  if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
+  operations_.push_back(std::move(op));
+  send_requests();
+  want_input();  // its answers
+}
+
+// Frames go out in operation order, so responses, which come back in that order, complete
+// operations in the order they were started.
+void tcp_stream::send_requests() {
+  while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size() && unanswered_ < max_unanswered &&
+         outgoing_bytes_ < max_outgoing_bytes) {
+    one_sided_op& op = operations_[next_to_send_];
+    send_request_frame(op);
+    if (op.sent == op.frames) ++next_to_send_;
+  }
+}
+
+void tcp_stream::send_request_frame(one_sided_op& op) {
+  const one_sided_request& r = op.request;
+  if (op.frames == 0) {
+    op.frames = is_atomic(r.op) ? 1 : static_cast<std::uint32_t>(wire::frame_count(r.local.size, limit_));
+  }
+  const std::uint64_t offset = std::uint64_t{op.sent} * limit_;
+  const wire::frame_header h = request_header(op, offset);
+  const_buffer_list payload(
+      boost::asio::buffer(static_cast<const std::byte*>(r.local.data) + offset, h.payload_length));
+  ++op.sent;
+  ++unanswered_;
+  send_copied(h, payload);
+}
+
+// The header of `op`'s next part, which starts `offset` bytes into it.
+wire::frame_header tcp_stream::request_header(const one_sided_op& op, std::uint64_t offset) {
+  const one_sided_request& r = op.request;
+  wire::frame_header h{
+      .request_id = next_request_id_++, .remote_address = r.remote.address + offset, .rkey = r.remote.rkey};
+  switch (r.op) {
+    case kind::read:
+      h.type = frame_type::read_request;
+      h.length = part_length(op, op.sent);
+      break;
+    case kind::write:
+    case kind::write_with_immediate: {
+      // Only the last part carries the immediate, so the peer sees it after all the data.
+      const bool with_immediate = r.op == kind::write_with_immediate && op.sent + 1 == op.frames;
+      h.type = with_immediate ? frame_type::write_with_immediate : frame_type::write;
+      h.immediate = with_immediate ? r.immediate : 0;
+      h.length = static_cast<std::uint32_t>(r.local.size - offset);
+      h.payload_length = part_length(op, op.sent);
+      break;
+    }
+    case kind::fetch_add:
+      h.type = frame_type::atomic_fetch_add;
+      h.compare_add = r.compare_add;
+      break;
+    case kind::compare_swap:
+      h.type = frame_type::atomic_compare_swap;
+      h.compare_add = r.compare_add;
+      h.swap = r.swap;
+      break;
+  }
+  return h;
+}
+
+std::uint32_t tcp_stream::part_length(const one_sided_op& op, std::uint32_t part) const noexcept {
+  return wire::chunk_size(op.request.local.size, std::uint64_t{part} * limit_, limit_);
+}
+
+void tcp_stream::on_response() {
+  --unanswered_;
+  one_sided_op& op = operations_.front();
+  if (header_.status != frame_status::ok) {
+    // As when an RC requester gets a NAK: this operation fails, the ones behind it are
+    // flushed. The peer's close frame follows; it is not waited for.
+    return fail(error::eof, wire::to_error_code(header_.status), flushed(), frame_status::ok);
+  }
+  std::uint64_t value = op.request.local.size;
+  if (header_.type == frame_type::read_response && header_.length != 0) {
+    std::memcpy(static_cast<std::byte*>(op.request.local.data) + std::uint64_t{op.answered} * limit_,
+                scratch_.data(), header_.length);
+  } else if (header_.type == frame_type::atomic_response) {
+    value = header_.compare_add;
+    std::memcpy(op.request.local.data, &value, sizeof value);
+  }
+  if (++op.answered < op.frames) return send_requests();
+  one_sided_op done = std::move(operations_.front());
+  operations_.pop_front();
+  --next_to_send_;
+  send_requests();
+  finish(done, {}, value, false);
+}
+
+void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
+  if (ec) value = 0;  // a failed operation moved nothing
+  if (op.on_size) return hand_over(std::move(op.on_size), defer, ec, static_cast<std::size_t>(value));
+  hand_over(std::move(op.on_value), defer, ec, value);
+}
+
+std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights,
+                                          std::uint32_t& lkey, remote_buffer& remote) {
+  lkey = 0;
+  answers_peer_ = true;
+  want_input();
+  remote = regions_.register_region(memory, rights);
+  return remote.rkey;  // unique while registered, so it is the handle too
+}
+
+void tcp_stream::deregister_memory(std::uint32_t handle) noexcept {
+  regions_.deregister(handle);
+}
+
+}  // namespace coverbs::detail
