@@ -341,7 +341,7 @@ void bound_before_connecting(transport kind) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 3; ++i) {
           auto peer = co_await server.async_accept(asio::use_awaitable);
           seen.push_back(peer.remote_endpoint());
         }
@@ -401,6 +401,24 @@ void bound_before_connecting(transport kind) {
   t.bind(from, ec);  // still bound: a second bind is refused, as by bind(2)
   BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
 
+  // Over RDMA a taken port is tried again for a second (a previous attempt's id may still be
+  // letting it go); close() meanwhile ends the connect at once, aborted. TCP's bind fails
+  // before the close comes.
+  socket u(io, {.kind = kind});
+  u.bind(from);
+  std::optional<error_code> gave_up;
+  u.async_connect(serving, [&](error_code e) { gave_up = e; });
+  asio::steady_timer soon(io, std::chrono::milliseconds(100));
+  soon.async_wait([&](error_code) { u.close(); });
+  while (!gave_up && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_REQUIRE(gave_up.has_value());
+  BOOST_TEST(
+      (*gave_up == (kind == transport::rdma ? asio::error::operation_aborted : asio::error::address_in_use)),
+      gave_up->message());
+  BOOST_TEST(!u.is_open());
+
   s.bind(tcp::endpoint(test_address(), 0), ec);
   BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
   s.open(tcp::v4(), ec);
@@ -415,6 +433,19 @@ void bound_before_connecting(transport kind) {
   BOOST_TEST(s.local_endpoint().port() != from.port());
   BOOST_TEST(seen[1] == s.local_endpoint());
   s.close();
+
+  // The wildcard address with a fixed port: the route chooses the address (and over RDMA the
+  // device), the port stays. `from` may linger in TCP's TIME_WAIT: the other free port.
+  socket w(io, {.kind = kind});
+  w.bind(tcp::endpoint(asio::ip::address_v4::any(), refusing.port()));
+  w.connect(serving);
+  while (seen.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_REQUIRE(seen.size() == 3u);
+  BOOST_TEST(w.local_endpoint() == tcp::endpoint(test_address(), refusing.port()));
+  BOOST_TEST(seen[2] == w.local_endpoint());
+  BOOST_TEST((w.transport_in_use() == kind));
 }
 
 namespace {
