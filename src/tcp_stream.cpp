@@ -20,11 +20,7 @@
 
 namespace coverbs::detail {
 
-namespace error = boost::asio::error;
-using wire::frame_status;
-using wire::frame_type;
-using kind = one_sided_request::kind;
-using tcp_stream_shared::flushed;
+using namespace tcp_stream_shared;
 
 namespace {
 // Received bytes held for the application before reading pauses (TCP then holds the peer back).

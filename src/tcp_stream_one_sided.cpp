@@ -10,12 +10,7 @@
 
 namespace coverbs::detail {
 
-namespace error = boost::asio::error;
-using wire::frame_status;
-using wire::frame_type;
-using kind = one_sided_request::kind;
-using tcp_stream_shared::flushed;
-using tcp_stream_shared::max_outgoing_bytes;
+using namespace tcp_stream_shared;
 
 namespace {
 

@@ -16,11 +16,7 @@
 
 namespace coverbs::detail {
 
-namespace error = boost::asio::error;
-using tcp_stream_shared::flushed;
-using tcp_stream_shared::max_outgoing_bytes;
-using wire::frame_status;
-using wire::frame_type;
+using namespace tcp_stream_shared;
 
 namespace {
 

@@ -2,11 +2,19 @@
 // (tcp_stream_send.cpp) and the one-sided operations it emulates (tcp_stream_one_sided.cpp).
 #pragma once
 
+#include <boost/asio/error.hpp>
 #include <cstddef>
 
+#include "coverbs/detail/tcp_stream.hpp"
 #include "coverbs/error.hpp"
 
+// Each of the three files says `using namespace tcp_stream_shared;`.
 namespace coverbs::detail::tcp_stream_shared {
+
+namespace error = boost::asio::error;
+using wire::frame_status;
+using wire::frame_type;
+using kind = one_sided_request::kind;
 
 // Bytes queued for sending before writes wait: enough to keep TCP busy, bounded for slow peers.
 inline constexpr std::size_t max_outgoing_bytes = 2u << 20;
