@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <utility>
 
 #include "coverbs/detail/completion_engine.hpp"
 #include "coverbs/detail/invoke_handler.hpp"

@@ -4,15 +4,8 @@
 
 #include <limits>
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <boost/asio/append.hpp>
 #include <boost/asio/bind_allocator.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <cstring>
 #include <utility>
 

@@ -4,6 +4,7 @@
 #include <boost/asio/error.hpp>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "coverbs/detail/tcp_stream.hpp"
 #include "tcp_stream_shared.hpp"

@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <utility>
 
 #include "coverbs/detail/tcp_stream.hpp"
 #include "tcp_stream_shared.hpp"

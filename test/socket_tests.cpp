@@ -435,15 +435,17 @@ void bound_before_connecting(transport kind) {
   s.close();
 
   // The wildcard address with a fixed port: the route chooses the address (and over RDMA the
-  // device), the port stays. `from` may linger in TCP's TIME_WAIT: the other free port.
+  // device), the port stays. `from` may linger in TCP's TIME_WAIT: a port free now.
+  unsigned short fixed = free_port(io);
+  while (fixed == serving.port()) fixed = free_port(io);
   socket w(io, {.kind = kind});
-  w.bind(tcp::endpoint(asio::ip::address_v4::any(), refusing.port()));
+  w.bind(tcp::endpoint(asio::ip::address_v4::any(), fixed));
   w.connect(serving);
   while (seen.size() < 3 && std::chrono::steady_clock::now() < deadline) {
     io.run_one_for(std::chrono::milliseconds(100));
   }
   BOOST_TEST_REQUIRE(seen.size() == 3u);
-  BOOST_TEST(w.local_endpoint() == tcp::endpoint(test_address(), refusing.port()));
+  BOOST_TEST(w.local_endpoint() == tcp::endpoint(test_address(), fixed));
   BOOST_TEST(seen[2] == w.local_endpoint());
   BOOST_TEST((w.transport_in_use() == kind));
 }
