@@ -67,14 +67,10 @@ constexpr int connect_attempts_when_stale = 8;
 
 using local_endpoint = std::optional<asio::ip::tcp::endpoint>;
 
-// Sets those of `options` that `which` picks on `s`.
-template <class Pick>
-void set_options(asio::ip::tcp::socket& s, const std::vector<raw_socket_option>& options, Pick which) {
-  for (const raw_socket_option& o : options) {
-    if (!which(o)) continue;
-    if (error_code ec = set_raw_option(s.native_handle(), o.level, o.name, o.value.data(), o.value.size())) {
-      throw boost::system::system_error(ec, "set_option");
-    }
+// Sets `o` on `s`; the kernel's refusal is thrown.
+void set_option(asio::ip::tcp::socket& s, const raw_socket_option& o) {
+  if (error_code ec = set_raw_option(s.native_handle(), o.level, o.name, o.value.data(), o.value.size())) {
+    throw boost::system::system_error(ec, "set_option");
   }
 }
 
@@ -142,7 +138,7 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const conn
   if (setup.local || !setup.options.empty()) {
     s.open(peer.protocol());
     // Before the bind: reuse_address; before the connect: buffer sizes.
-    set_options(s, setup.options, [](const raw_socket_option&) { return true; });
+    for (const raw_socket_option& o : setup.options) set_option(s, o);
   }
   if (setup.local) s.bind(*setup.local);
   co_await s.async_connect(peer, asio::use_awaitable);
@@ -150,8 +146,9 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const conn
   auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
   // The stream turns no_delay on; the user's word stands. Only that one is set again: some
   // options (IPV6_V6ONLY) are refused once a socket is bound or connected.
-  set_options(stream->socket(), setup.options,
-              [](const raw_socket_option& o) { return o.level == IPPROTO_TCP && o.name == TCP_NODELAY; });
+  for (const raw_socket_option& o : setup.options) {
+    if (o.level == IPPROTO_TCP && o.name == TCP_NODELAY) set_option(stream->socket(), o);
+  }
   stream->start();
   co_return connection{stream, from, to, transport::tcp};
 }

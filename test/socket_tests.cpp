@@ -347,14 +347,11 @@ void bound_before_connecting(transport kind) {
         }
       },
       asio::detached);
-  // Two ports free on TCP and apart from the server's (rdma_cm's ports are not TCP's): one to
-  // connect from, one where nothing listens.
-  std::vector<unsigned short> ports;
-  while (ports.size() < 2) {
-    const unsigned short p = free_port(io);
-    if (p != server.local_endpoint().port() && (ports.empty() || p != ports[0])) ports.push_back(p);
-  }
-  const tcp::endpoint from(test_address(), ports[0]), refusing(test_address(), ports[1]);
+  // Two free ports: one to connect from, one where nothing listens.
+  const unsigned short from_port = free_port_except(io, {server.local_endpoint().port()});
+  const tcp::endpoint from(test_address(), from_port);
+  const tcp::endpoint refusing(test_address(),
+                               free_port_except(io, {server.local_endpoint().port(), from_port}));
   const tcp::endpoint serving(test_address(), server.local_endpoint().port());
 
   socket s(io, {.kind = kind});
@@ -382,10 +379,8 @@ void bound_before_connecting(transport kind) {
                            connected = e;
                            connected_to = to;
                          });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((!connected || seen.empty()) && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  run_until(
+      io, [&] { return connected && !seen.empty(); }, std::chrono::seconds(60));
   BOOST_TEST_REQUIRE((connected == error_code()), connected.value_or(asio::error::would_block).message());
   BOOST_TEST(connected_to == serving);
   BOOST_TEST((s.transport_in_use() == kind));
@@ -410,9 +405,8 @@ void bound_before_connecting(transport kind) {
   u.async_connect(serving, [&](error_code e) { gave_up = e; });
   asio::steady_timer soon(io, std::chrono::milliseconds(100));
   soon.async_wait([&](error_code) { u.close(); });
-  while (!gave_up && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  run_until(
+      io, [&] { return gave_up.has_value(); }, std::chrono::seconds(60));
   BOOST_TEST_REQUIRE(gave_up.has_value());
   BOOST_TEST(
       (*gave_up == (kind == transport::rdma ? asio::error::operation_aborted : asio::error::address_in_use)),
@@ -426,9 +420,8 @@ void bound_before_connecting(transport kind) {
 
   s.close();  // the connect used the binding up: the next leaves from a port the system picks
   s.connect(serving);
-  while (seen.size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  run_until(
+      io, [&] { return seen.size() == 2; }, std::chrono::seconds(60));
   BOOST_TEST_REQUIRE(seen.size() == 2u);
   BOOST_TEST(s.local_endpoint().port() != from.port());
   BOOST_TEST(seen[1] == s.local_endpoint());
@@ -436,14 +429,12 @@ void bound_before_connecting(transport kind) {
 
   // The wildcard address with a fixed port: the route chooses the address (and over RDMA the
   // device), the port stays. `from` may linger in TCP's TIME_WAIT: a port free now.
-  unsigned short fixed = free_port(io);
-  while (fixed == serving.port()) fixed = free_port(io);
+  const unsigned short fixed = free_port_except(io, {serving.port()});
   socket w(io, {.kind = kind});
   w.bind(tcp::endpoint(asio::ip::address_v4::any(), fixed));
   w.connect(serving);
-  while (seen.size() < 3 && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  run_until(
+      io, [&] { return seen.size() == 3; }, std::chrono::seconds(60));
   BOOST_TEST_REQUIRE(seen.size() == 3u);
   BOOST_TEST(w.local_endpoint() == tcp::endpoint(test_address(), fixed));
   BOOST_TEST(seen[2] == w.local_endpoint());
@@ -542,11 +533,8 @@ void options_before_connecting(transport kind) {
     either.get_option(delay);
     BOOST_TEST(!delay.value());
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (accepted.size() < static_cast<std::size_t>(connections) &&
-         std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  run_until(
+      io, [&] { return accepted.size() == static_cast<std::size_t>(connections); }, std::chrono::seconds(60));
   BOOST_TEST(accepted.size() == static_cast<std::size_t>(connections));
 }
 
@@ -560,9 +548,7 @@ void connect_to_first_that_accepts(transport kind) {
   asio::io_context io;
   acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
   asio::co_spawn(io, echo::server(server, 1), asio::detached);
-  unsigned short unused = free_port(io);
-  while (unused == server.local_endpoint().port()) unused = free_port(io);  // rdma_cm's ports are not TCP's
-  const tcp::endpoint refusing(test_address(), unused);
+  const tcp::endpoint refusing(test_address(), free_port_except(io, {server.local_endpoint().port()}));
   tcp::resolver resolver(io);
   const auto resolved =
       resolver.resolve(test_address().to_string(), std::to_string(server.local_endpoint().port()),

@@ -2,10 +2,12 @@
 // device's address (rdma_cm cannot use 127.0.0.1 there); this is the one place it is read.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 
 namespace coverbs::test {
@@ -33,6 +35,16 @@ inline boost::asio::ip::address test_address() {
 inline unsigned short free_port(boost::asio::io_context& io) {
   boost::asio::ip::tcp::acceptor probe(io, boost::asio::ip::tcp::endpoint(test_address(), 0));
   return probe.local_endpoint().port();
+}
+
+/// A free port (as free_port) that is none of `taken`: rdma_cm's ports are not TCP's, so a
+/// port free on TCP may still be an RDMA listener's.
+inline unsigned short free_port_except(boost::asio::io_context& io,
+                                       std::initializer_list<unsigned short> taken) {
+  for (;;) {
+    const unsigned short port = free_port(io);
+    if (std::find(taken.begin(), taken.end(), port) == taken.end()) return port;
+  }
 }
 
 }  // namespace coverbs::test
