@@ -12,6 +12,22 @@
 #include "coverbs/detail/tcp_stream.hpp"
 
 namespace coverbs {
+namespace {
+
+// An option by level and name, as a GettableSocketOption: read through Asio, which halves the
+// buffer sizes Linux reports doubled, as tcp::socket::get_option does.
+struct raw_gettable_option {
+  int level_, name_;
+  void* value_;
+  std::size_t size_;
+  int level(const boost::asio::ip::tcp&) const { return level_; }
+  int name(const boost::asio::ip::tcp&) const { return name_; }
+  void* data(const boost::asio::ip::tcp&) const { return value_; }
+  std::size_t size(const boost::asio::ip::tcp&) const { return size_; }
+  void resize(const boost::asio::ip::tcp&, std::size_t size) { size_ = size; }
+};
+
+}  // namespace
 
 boost::asio::ip::tcp::socket* socket::tcp_socket(error_code& ec) const {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
@@ -157,6 +173,28 @@ void socket::keep_option(int level, int name, const void* value, std::size_t siz
   same->value.assign(bytes, bytes + size);
 }
 
+error_code socket::kept_option(int level, int name, void* value, std::size_t& size) const {
+  if (options_.kind == transport::rdma) return rdma_option(level, name, value, &size);
+  if (options_.kind == transport::automatic) {
+    if (error_code ec = rdma_option(level, name, nullptr, nullptr)) return ec;
+  }
+  // TCP's answer: a socket of the family set up as the connection's will be before it connects.
+  const protocol_type family = opened_ ? *opened_ : bound_->protocol();
+  boost::asio::ip::tcp::socket probe(executor_);
+  error_code ec;
+  probe.open(family, ec);
+  if (!ec) probe.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+  for (const detail::raw_socket_option& o : set_before_connect_) {
+    if (!ec)
+      ec = detail::set_raw_option(probe.native_handle(), o.level, o.name, o.value.data(), o.value.size());
+  }
+  if (ec) return ec;
+  raw_gettable_option read{level, name, value, size};
+  probe.get_option(read, ec);
+  size = read.size_;
+  return ec;
+}
+
 detail::connect_setup socket::setup() const {
   std::optional<protocol_type> family = opened_;
   if (!family && bound_) family = bound_->protocol();
@@ -245,8 +283,12 @@ void socket::cancel() {
 }
 
 socket::endpoint_type socket::local_endpoint(error_code& ec) const {
-  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
-  return impl_ ? local_ : endpoint_type();
+  ec = {};
+  if (impl_) return local_;
+  if (bound_) return *bound_;
+  if (opened_) return endpoint_type(*opened_, 0);
+  ec = boost::asio::error::bad_descriptor;
+  return endpoint_type();
 }
 
 socket::endpoint_type socket::local_endpoint() const {

@@ -364,14 +364,23 @@ void bound_before_connecting(transport kind) {
     BOOST_CHECK_THROW(s.bind(tcp::endpoint(asio::ip::make_address("192.0.2.1"), 0)),
                       boost::system::system_error);
   }
+  s.local_endpoint(ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
   s.open(tcp::v6());
+  BOOST_TEST(s.local_endpoint() == tcp::endpoint(tcp::v6(), 0));  // as Asio's before a bind
   s.bind(from, ec);  // another family than open()'s
   BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
   s.open(tcp::v4(), ec);
   BOOST_TEST((ec == asio::error::already_open), ec.message());
   s.close();
+  s.bind(tcp::endpoint(test_address(), 0));
+  BOOST_TEST(s.local_endpoint() == tcp::endpoint(test_address(), 0));  // the connect picks the port
+  s.close();
+  s.local_endpoint(ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
   s.open(from.protocol());
   s.bind(from);
+  BOOST_TEST(s.local_endpoint() == from);
   std::optional<error_code> connected;
   tcp::endpoint connected_to;
   coverbs::async_connect(s, std::vector<tcp::endpoint>{refusing, serving},
@@ -395,6 +404,7 @@ void bound_before_connecting(transport kind) {
   BOOST_TEST(!t.is_open());
   t.bind(from, ec);  // still bound: a second bind is refused, as by bind(2)
   BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
+  BOOST_TEST(t.local_endpoint() == from);
 
   // Over RDMA a taken port is tried again for a second (a previous attempt's id may still be
   // letting it go); close() meanwhile ends the connect at once, aborted. TCP's bind fails
@@ -442,7 +452,7 @@ void bound_before_connecting(transport kind) {
 }
 
 namespace {
-// An option no kernel knows (TCP level, name 0x7fff), as a SettableSocketOption.
+// An option no kernel knows (TCP level, name 0x7fff), as a Settable- and GettableSocketOption.
 struct unknown_option {
   int value = 1;
   template <class Protocol>
@@ -458,9 +468,15 @@ struct unknown_option {
     return &value;
   }
   template <class Protocol>
+  void* data(const Protocol&) {
+    return &value;
+  }
+  template <class Protocol>
   std::size_t size(const Protocol&) const {
     return sizeof value;
   }
+  template <class Protocol>
+  void resize(const Protocol&, std::size_t) {}
 };
 }  // namespace
 
@@ -484,7 +500,25 @@ void options_before_connecting(transport kind) {
   error_code ec;
   s.set_option(tcp::no_delay(false), ec);
   BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  tcp::no_delay delay(false);
+  s.get_option(delay, ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
   s.open(serving.protocol());
+  // Read before anything is set: what a connection starts with (no_delay is the library's).
+  s.get_option(delay);
+  BOOST_TEST(delay.value());
+  asio::socket_base::reuse_address reuse(kind == transport::tcp);
+  s.get_option(reuse);
+  BOOST_TEST(reuse.value() == (kind == transport::rdma));
+  asio::socket_base::receive_buffer_size room(0);
+  s.get_option(room, ec);
+  BOOST_TEST((kind == transport::tcp ? !ec && room.value() > 0 : ec == asio::error::operation_not_supported),
+             ec.message());
+  unknown_option unknown;
+  s.get_option(unknown, ec);
+  BOOST_TEST((ec == (kind == transport::tcp ? asio::error::no_protocol_option
+                                            : asio::error::operation_not_supported)),
+             ec.message());
   s.set_option(unknown_option{}, ec);
   BOOST_TEST((ec == (kind == transport::tcp ? asio::error::no_protocol_option
                                             : asio::error::operation_not_supported)),
@@ -493,14 +527,35 @@ void options_before_connecting(transport kind) {
   BOOST_TEST((kind == transport::tcp ? !ec : ec == asio::error::operation_not_supported), ec.message());
   s.set_option(tcp::no_delay(false));
   s.set_option(asio::socket_base::reuse_address(true));
-  tcp::no_delay delay(false);
-  s.get_option(delay, ec);  // read from the connection, which there is not yet
-  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
+  // What is kept reads back before the connect, and the connection has it.
+  s.get_option(delay);
+  BOOST_TEST(delay.value() == (kind == transport::rdma));
+  reuse = asio::socket_base::reuse_address(false);
+  s.get_option(reuse);
+  BOOST_TEST(reuse.value());
+  if (kind == transport::tcp) {
+    asio::socket_base::keep_alive keep_alive(false);
+    s.get_option(keep_alive);
+    BOOST_TEST(keep_alive.value());
+    s.set_option(asio::socket_base::receive_buffer_size(96 * 1024));
+    s.get_option(room);
+    BOOST_TEST(room.value() == 96 * 1024);  // as asked, though Linux reports it doubled
+  }
 
-  s.connect(serving);
+  std::optional<error_code> connected;
+  s.async_connect(serving, [&](error_code e) { connected = e; });
+  s.get_option(delay);  // while the connect is under way
+  BOOST_TEST(delay.value() == (kind == transport::rdma));
+  run_until(io, [&] { return connected.has_value(); });
+  BOOST_TEST_REQUIRE((connected == error_code()), connected.value_or(asio::error::would_block).message());
+  if (kind == transport::tcp) {
+    room = asio::socket_base::receive_buffer_size(0);
+    s.get_option(room);
+    BOOST_TEST(room.value() == 96 * 1024);
+  }
   s.get_option(delay);
   BOOST_TEST(delay.value() == (kind == transport::rdma));  // over TCP the user's, not the library's
-  asio::socket_base::reuse_address reuse(false);
+  reuse = asio::socket_base::reuse_address(false);
   s.get_option(reuse);
   BOOST_TEST(reuse.value());
   if (kind == transport::tcp) {
@@ -514,6 +569,8 @@ void options_before_connecting(transport kind) {
   s.open(serving.protocol());
   s.set_option(tcp::no_delay(false));
   s.close();
+  s.get_option(delay, ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
   s.connect(serving);
   s.get_option(delay);
   BOOST_TEST(delay.value());
@@ -527,7 +584,14 @@ void options_before_connecting(transport kind) {
     either.open(serving.protocol());
     either.set_option(asio::socket_base::keep_alive(true), ec);
     BOOST_TEST((ec == asio::error::operation_not_supported), ec.message());
+    asio::socket_base::keep_alive keep_alive(false);
+    either.get_option(keep_alive, ec);
+    BOOST_TEST((ec == asio::error::operation_not_supported), ec.message());
+    either.get_option(delay);
+    BOOST_TEST(delay.value());
     either.set_option(tcp::no_delay(false));
+    either.get_option(delay);
+    BOOST_TEST(!delay.value());
     either.connect(serving);
     BOOST_TEST((either.transport_in_use() == transport::tcp));
     either.get_option(delay);

@@ -168,7 +168,10 @@ class socket : public boost::asio::socket_base {
   void cancel();
   /// As above, with `bad_descriptor` in `ec` when not open.
   void cancel(error_code& ec);
-  /// The local address and port; throws `bad_descriptor` when not open.
+  /// The local address and port. Between open() (or bind()) and connect: what bind() was
+  /// given, else the family's any address and port 0; unlike `tcp::socket`, a bind to port 0
+  /// reads port 0 until the connect picks one. Throws `bad_descriptor` unless open()ed, bound
+  /// or connected.
   endpoint_type local_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type local_endpoint(error_code& ec) const;
@@ -249,7 +252,10 @@ class socket : public boost::asio::socket_base {
   }
   /// Reads a socket option, as `tcp::socket::get_option`: over TCP the connection's socket's
   /// value; over RDMA `tcp::no_delay` and `reuse_address` are always true and other options
-  /// throw `operation_not_supported`. Throws `bad_descriptor` when not connected.
+  /// throw `operation_not_supported`. Between open() (or bind()) and connect: RDMA's answers,
+  /// or over TCP (and under `automatic`, for the options RDMA takes) what `tcp::socket` would
+  /// read before connecting: what set_option kept, else the kernel's default, with `no_delay`
+  /// on as the library sets it. Throws `bad_descriptor` unless open()ed, bound or connected.
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option) const {
     error_code ec;
@@ -259,6 +265,13 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting through `ec`.
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option, error_code& ec) const {
+    if (!impl_ && (opened_ || bound_)) {
+      const protocol_type protocol = opened_ ? *opened_ : bound_->protocol();
+      std::size_t size = option.size(protocol);
+      ec = kept_option(option.level(protocol), option.name(protocol), option.data(protocol), size);
+      if (!ec) option.resize(protocol, size);
+      return;
+    }
     const auto protocol = remote_.protocol();
     if (auto* tcp = tcp_socket(ec)) {
       tcp->get_option(option, ec);
@@ -616,6 +629,8 @@ class socket : public boost::asio::socket_base {
   // set_option after open() or bind(): kept for the connect where each transport this socket
   // may use takes it, else refused now with that transport's error.
   void keep_option(int level, int name, const void* value, std::size_t size, error_code& ec);
+  // get_option after open() or bind(): what the connection would start with.
+  error_code kept_option(int level, int name, void* value, std::size_t& size) const;
   // What open(), bind() and set_option() said, for the connect.
   detail::connect_setup setup() const;
 
