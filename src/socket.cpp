@@ -97,7 +97,7 @@ void socket::attach(std::shared_ptr<detail::stream_core> impl, transport kind, e
 registered_memory socket::register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec) {
   registered_memory r;
   if (!impl_) {
-    ec = boost::asio::error::bad_descriptor;
+    ec = unconnected();
     return r;
   }
   try {
@@ -202,7 +202,8 @@ detail::connect_setup socket::setup() const {
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {
-  ec = impl_ || opened_ || bound_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
+                                                 : error_code(boost::asio::error::bad_descriptor);
   if (!ec) non_blocking_ = mode;
 }
 
@@ -253,7 +254,7 @@ void socket::bind(const endpoint_type& local) {
 void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec) {
   ec = {};
   if (!impl_) {
-    ec = boost::asio::error::bad_descriptor;
+    ec = unconnected();
     return;
   }
   // Receiving cannot be refused to a peer that holds credits; shutting it down only matters
@@ -268,12 +269,15 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what) {
 }
 
 void socket::cancel(error_code& ec) {
-  ec = {};
-  if (!impl_) {
-    ec = boost::asio::error::bad_descriptor;
-    return;
+  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
+                                                 : error_code(boost::asio::error::bad_descriptor);
+  // A connect holds no connection yet (it closed the last one first). The signal is copied:
+  // should the connect end inside emit(), its handler drops the socket's.
+  if (auto signal = connecting_) {
+    signal->emit(boost::asio::cancellation_type::terminal);
+  } else if (impl_) {
+    impl_->cancel();
   }
-  impl_->cancel();
 }
 
 void socket::cancel() {
@@ -299,7 +303,8 @@ socket::endpoint_type socket::local_endpoint() const {
 }
 
 std::size_t socket::available(error_code& ec) const {
-  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
+                                                 : error_code(boost::asio::error::bad_descriptor);
   if (!impl_) return 0;
   impl_->want_input();  // so that a later call sees what has arrived meanwhile
   return impl_->available();
@@ -313,7 +318,7 @@ std::size_t socket::available() const {
 }
 
 socket::endpoint_type socket::remote_endpoint(error_code& ec) const {
-  ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = impl_ ? error_code() : unconnected();
   return impl_ ? remote_ : endpoint_type();
 }
 

@@ -527,42 +527,31 @@ void options_before_connecting(transport kind) {
   BOOST_TEST((kind == transport::tcp ? !ec : ec == asio::error::operation_not_supported), ec.message());
   s.set_option(tcp::no_delay(false));
   s.set_option(asio::socket_base::reuse_address(true));
-  // What is kept reads back before the connect, and the connection has it.
-  s.get_option(delay);
-  BOOST_TEST(delay.value() == (kind == transport::rdma));
-  reuse = asio::socket_base::reuse_address(false);
-  s.get_option(reuse);
-  BOOST_TEST(reuse.value());
-  if (kind == transport::tcp) {
-    asio::socket_base::keep_alive keep_alive(false);
-    s.get_option(keep_alive);
-    BOOST_TEST(keep_alive.value());
-    s.set_option(asio::socket_base::receive_buffer_size(96 * 1024));
-    s.get_option(room);
-    BOOST_TEST(room.value() == 96 * 1024);  // as asked, though Linux reports it doubled
-  }
-
+  if (kind == transport::tcp) s.set_option(asio::socket_base::receive_buffer_size(96 * 1024));
+  // What is kept reads back before the connect, while it is under way, and on the connection.
+  const auto kept_reads_back = [&] {
+    tcp::no_delay no_delay(true);
+    s.get_option(no_delay);
+    BOOST_TEST(no_delay.value() == (kind == transport::rdma));  // over TCP the user's, not the library's
+    asio::socket_base::reuse_address reuse_address(false);
+    s.get_option(reuse_address);
+    BOOST_TEST(reuse_address.value());
+    if (kind == transport::tcp) {
+      asio::socket_base::keep_alive keep_alive(false);
+      s.get_option(keep_alive);
+      BOOST_TEST(keep_alive.value());
+      asio::socket_base::receive_buffer_size size(0);
+      s.get_option(size);
+      BOOST_TEST(size.value() == 96 * 1024);  // as asked, though Linux reports it doubled
+    }
+  };
+  kept_reads_back();
   std::optional<error_code> connected;
   s.async_connect(serving, [&](error_code e) { connected = e; });
-  s.get_option(delay);  // while the connect is under way
-  BOOST_TEST(delay.value() == (kind == transport::rdma));
+  kept_reads_back();
   run_until(io, [&] { return connected.has_value(); });
   BOOST_TEST_REQUIRE((connected == error_code()), connected.value_or(asio::error::would_block).message());
-  if (kind == transport::tcp) {
-    room = asio::socket_base::receive_buffer_size(0);
-    s.get_option(room);
-    BOOST_TEST(room.value() == 96 * 1024);
-  }
-  s.get_option(delay);
-  BOOST_TEST(delay.value() == (kind == transport::rdma));  // over TCP the user's, not the library's
-  reuse = asio::socket_base::reuse_address(false);
-  s.get_option(reuse);
-  BOOST_TEST(reuse.value());
-  if (kind == transport::tcp) {
-    asio::socket_base::keep_alive keep_alive(false);
-    s.get_option(keep_alive);
-    BOOST_TEST(keep_alive.value());
-  }
+  kept_reads_back();
   s.close();
 
   // close() forgets what was set: this connection has the library's no_delay.
@@ -666,8 +655,9 @@ void connect_to_first_that_accepts(transport kind) {
 
 /// A connect to a listener that never answers, raced against a timer with `||`: the timer
 /// wins, the connect ends with operation_aborted and leaves the socket closed and reusable.
-/// The same with a cancellation signal, with close() from a timer (Asio's usual connect
-/// timeout), and for coverbs::async_connect over a range, which then tries no further.
+/// The same with a cancellation signal, with close() or cancel() from a timer (Asio's usual
+/// connect timeouts; cancel() keeps open()), and for coverbs::async_connect over a range,
+/// which then tries no further.
 void connect_cancelled_by_timer(transport kind) {
   namespace asio = boost::asio;
   using namespace asio::experimental::awaitable_operators;
@@ -740,6 +730,30 @@ void connect_cancelled_by_timer(transport kind) {
   io.run_for(std::chrono::seconds(20));
   BOOST_TEST((result == asio::error::operation_aborted), result.message());
   BOOST_TEST(!s.is_open());
+
+  // cancel() from a timer ends it too, as on tcp::socket; unlike close() it keeps open() and
+  // bind().
+  io.restart();
+  result = asio::error::would_block;
+  s.open(asio::ip::tcp::v4());
+  s.bind(asio::ip::tcp::endpoint(test_address(), 0));
+  s.async_connect(asio::ip::tcp::endpoint(test_address(), port), [&](error_code ec) {
+    result = ec;
+    io.stop();
+  });
+  timer.expires_after(std::chrono::milliseconds(300));
+  error_code cancelled = asio::error::would_block;
+  timer.async_wait([&](error_code) { s.cancel(cancelled); });
+  io.run_for(std::chrono::seconds(20));
+  BOOST_TEST(!cancelled, cancelled.message());
+  BOOST_TEST((result == asio::error::operation_aborted), result.message());
+  BOOST_TEST(!s.is_open());
+  error_code reopened;
+  s.open(asio::ip::tcp::v4(), reopened);
+  BOOST_TEST((reopened == asio::error::already_open), reopened.message());
+  s.bind(asio::ip::tcp::endpoint(test_address(), 0), reopened);
+  BOOST_TEST((reopened == asio::error::invalid_argument), reopened.message());  // still bound
+  s.close();
 
   // Were the cancel to move the range on, the second attempt would hold `||` past the limit.
   io.restart();

@@ -78,8 +78,9 @@ void connect_to_first_that_accepts(transport kind);
 
 /// A connect to a listener that never answers, raced against a timer with `||`: the timer
 /// wins, the connect ends with operation_aborted and leaves the socket closed and reusable.
-/// The same with a cancellation signal, with close() from a timer (Asio's usual connect
-/// timeout), and for coverbs::async_connect over a range, which then tries no further.
+/// The same with a cancellation signal, with close() or cancel() from a timer (Asio's usual
+/// connect timeouts; cancel() keeps open()), and for coverbs::async_connect over a range,
+/// which then tries no further.
 void connect_cancelled_by_timer(transport kind);
 
 }  // namespace coverbs::test

@@ -162,11 +162,13 @@ class socket : public boost::asio::socket_base {
   void bind(const endpoint_type& local, error_code& ec);
   /// Shuts down sending (the peer reads eof), receiving, or both.
   void shutdown(boost::asio::socket_base::shutdown_type what);
-  /// As above, with `bad_descriptor` in `ec` when not open.
+  /// As above, with `not_connected` in `ec` before connecting, `bad_descriptor` when closed.
   void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec);
-  /// Ends pending operations with operation_aborted; the connection stays usable.
+  /// Ends pending operations with operation_aborted, a pending connect too (as on
+  /// `tcp::socket`); the connection stays usable, and a cancelled connect keeps open() and
+  /// bind() for the next.
   void cancel();
-  /// As above, with `bad_descriptor` in `ec` when not open.
+  /// As above, with `bad_descriptor` in `ec` unless open()ed, bound, connecting or connected.
   void cancel(error_code& ec);
   /// The local address and port. Between open() (or bind()) and connect: what bind() was
   /// given, else the family's any address and port 0; unlike `tcp::socket`, a bind to port 0
@@ -175,7 +177,8 @@ class socket : public boost::asio::socket_base {
   endpoint_type local_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type local_endpoint(error_code& ec) const;
-  /// The peer's address and port; throws `bad_descriptor` when not open.
+  /// The peer's address and port; throws `not_connected` before connecting, `bad_descriptor`
+  /// when closed.
   endpoint_type remote_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type remote_endpoint(error_code& ec) const;
@@ -183,7 +186,8 @@ class socket : public boost::asio::socket_base {
   /// Bytes received and not yet read, which the next `async_read_some` takes at once, as
   /// `tcp::socket::available`. Over TCP more may wait in the kernel, not counted yet: where
   /// nothing is reading, the call starts a read, so that a later one counts them. Messages
-  /// (`async_receive`) are not counted. Throws `bad_descriptor` when not open.
+  /// (`async_receive`) are not counted. Before connecting (open()ed or bound) 0; throws
+  /// `bad_descriptor` when closed.
   std::size_t available() const;
   /// As above, with the error in `ec`.
   std::size_t available(error_code& ec) const;
@@ -204,12 +208,13 @@ class socket : public boost::asio::socket_base {
   /// next read_some does not wait) or a message is (the next receive does not), writable once
   /// a write takes bytes at once or fails at once, in error once the connection has failed.
   /// Completion: `void(error_code)`, `operation_aborted` when cancelled or closed; one wait of
-  /// each type at a time (`in_progress`).
+  /// each type at a time (`in_progress`); `not_connected` before connecting (where
+  /// `tcp::socket`'s completes at once), `bad_descriptor` when closed.
   template <class CompletionToken = detail::default_socket_token>
   auto async_wait(wait_type what, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, wait_type what) {
-          if (!self->impl_) return not_open(std::move(handler), self->executor_);
+          if (!self->impl_) return self->refuse(std::move(handler));
           self->impl_->wait(
               what, detail::wait_handler(std::move(handler), self->executor_, self->impl_->allocator()));
         },
@@ -290,8 +295,8 @@ class socket : public boost::asio::socket_base {
   /// (it holds a connection from the QP's number) eight times running: after each such
   /// reject it tries again at once with a new QP, as the CM drops the old connection.
   /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
-  /// timer with `||`) or `close()` abandons the attempt: whatever was half set up is torn
-  /// down, and the completion is `operation_aborted`.
+  /// timer with `||`), `cancel()` or `close()` abandons the attempt: whatever was half set up
+  /// is torn down, and the completion is `operation_aborted`.
   template <class CompletionToken = detail::default_socket_token>
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
@@ -472,7 +477,7 @@ class socket : public boost::asio::socket_base {
 
   /// Registers `memory` so the peer can reach it through this connection with `rights`
   /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
-  /// `bad_descriptor` when not open, `errc::registration_limit` past
+  /// `not_connected` before connecting, `bad_descriptor` when closed, `errc::registration_limit` past
   /// `options().max_registered_bytes`.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
   /// As above, reporting through `ec`; on failure the result registers nothing.
@@ -554,14 +559,14 @@ class socket : public boost::asio::socket_base {
   template <class Act>
   std::size_t at_once(error_code& ec, Act act) {
     if (!impl_) {
-      ec = boost::asio::error::bad_descriptor;
+      ec = unconnected();
       return 0;
     }
     return detail::run_now<std::size_t>(executor_, ec,
                                         [&act, impl = impl_](error_code& e) { return act(*impl, e); });
   }
-  // async_send and async_receive with message flags: only 0 is taken (a closed socket gives
-  // bad_descriptor first, as Asio's).
+  // async_send and async_receive with message flags: only 0 is taken (an unconnected socket gives
+  // its error first, as Asio's).
   template <class Start, class CompletionToken>
   auto with_flags(message_flags flags, Start start, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
@@ -589,7 +594,7 @@ class socket : public boost::asio::socket_base {
   auto start_operation(Start start, CompletionToken&& token, const Args&... args) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, Value)>(
         [start](auto handler, socket* self, const Args&... args) {
-          if (!self->impl_) return not_open(std::move(handler), self->executor_, Value{});
+          if (!self->impl_) return self->refuse(std::move(handler), Value{});
           detail::stream_core& impl = *self->impl_;
           start(impl,
                 detail::erased_handler<void(error_code, Value)>(std::move(handler), self->executor_,
@@ -615,7 +620,7 @@ class socket : public boost::asio::socket_base {
   auto initiate_write(const ConstBufferSequence& buffers, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
         [](auto handler, socket* self, const ConstBufferSequence& buffers) {
-          if (!self->impl_) return not_open(std::move(handler), self->executor_, std::size_t{0});
+          if (!self->impl_) return self->refuse(std::move(handler), std::size_t{0});
           self->impl_->write_unerased<Message>(detail::const_buffer_list(buffers), std::move(handler),
                                                self->executor_);
         },
@@ -634,10 +639,17 @@ class socket : public boost::asio::socket_base {
   // What open(), bind() and set_option() said, for the connect.
   detail::connect_setup setup() const;
 
+  // Why an operation that needs a connection cannot start: `not_connected` once open()ed,
+  // bound or connecting (POSIX's ENOTCONN), `bad_descriptor` when closed.
+  error_code unconnected() const noexcept {
+    return opened_ || bound_ || connecting_ ? boost::asio::error::not_connected
+                                            : boost::asio::error::bad_descriptor;
+  }
+  // Completes an operation that could not start, as Asio does: posted, never inside the call.
   template <class Handler, class... Value>
-  static void not_open(Handler&& handler, const executor_type& ex, Value... value) {
-    boost::asio::post(ex, boost::asio::append(std::forward<Handler>(handler),
-                                              error_code(boost::asio::error::bad_descriptor), value...));
+  void refuse(Handler&& handler, Value... value) const {
+    boost::asio::post(executor_,
+                      boost::asio::append(std::forward<Handler>(handler), unconnected(), value...));
   }
   template <class CompletionToken>
   auto transfer(const detail::one_sided_request& request, CompletionToken&& token) {

@@ -11,6 +11,7 @@
 #include "readiness_tests.hpp"
 #include "socket_tests.hpp"
 #include "tls_tests.hpp"
+#include "unconnected_tests.hpp"
 #include "websocket_tests.hpp"
 
 using namespace coverbs;
@@ -107,6 +108,9 @@ BOOST_AUTO_TEST_CASE(connect_to_first_that_accepts) {
 }
 BOOST_AUTO_TEST_CASE(bound_before_connecting) {
   test::bound_before_connecting(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(unconnected_operations) {
+  test::unconnected_operations(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(options_before_connecting) {
   test::options_before_connecting(transport::tcp);
