@@ -202,8 +202,7 @@ detail::connect_setup socket::setup() const {
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {
-  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
-                                                 : error_code(boost::asio::error::bad_descriptor);
+  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
   if (!ec) non_blocking_ = mode;
 }
 
@@ -269,8 +268,7 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what) {
 }
 
 void socket::cancel(error_code& ec) {
-  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
-                                                 : error_code(boost::asio::error::bad_descriptor);
+  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
   // A connect holds no connection yet (it closed the last one first). The signal is copied:
   // should the connect end inside emit(), its handler drops the socket's.
   if (auto signal = connecting_) {
@@ -303,8 +301,7 @@ socket::endpoint_type socket::local_endpoint() const {
 }
 
 std::size_t socket::available(error_code& ec) const {
-  ec = impl_ || opened_ || bound_ || connecting_ ? error_code()
-                                                 : error_code(boost::asio::error::bad_descriptor);
+  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
   if (!impl_) return 0;
   impl_->want_input();  // so that a later call sees what has arrived meanwhile
   return impl_->available();

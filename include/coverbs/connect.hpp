@@ -60,9 +60,9 @@ struct range_connect {
 /// for an empty range. Each attempt is `s.async_connect`, so the socket's transport options
 /// apply to every endpoint, and a failed one leaves the socket closed. Terminal cancellation,
 /// `s.cancel()` or `s.close()` ends the attempt in progress and the whole operation with
-/// `operation_aborted` (after `tcp::socket::cancel()` Asio's tries the next endpoint). (Asio's forms with a
-/// connect condition or iterators are not offered.) `Socket` is `coverbs::socket` or a `rebound_socket`,
-/// whose executor's default token is taken.
+/// `operation_aborted` (after `tcp::socket::cancel()` Asio's tries the next endpoint). Asio's
+/// forms with a connect condition or iterators are not offered. `Socket` is `coverbs::socket`
+/// or a `rebound_socket`, whose executor's default token is taken.
 template <class Socket, class EndpointSequence,
           class CompletionToken = boost::asio::default_completion_token_t<typename Socket::executor_type>>
 requires std::derived_from<Socket, socket> && requires(const EndpointSequence& e) {

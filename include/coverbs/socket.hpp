@@ -477,8 +477,8 @@ class socket : public boost::asio::socket_base {
 
   /// Registers `memory` so the peer can reach it through this connection with `rights`
   /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
-  /// `not_connected` before connecting, `bad_descriptor` when closed, `errc::registration_limit` past
-  /// `options().max_registered_bytes`.
+  /// `not_connected` before connecting, `bad_descriptor` when closed,
+  /// `errc::registration_limit` past `options().max_registered_bytes`.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
   /// As above, reporting through `ec`; on failure the result registers nothing.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec);
@@ -565,8 +565,8 @@ class socket : public boost::asio::socket_base {
     return detail::run_now<std::size_t>(executor_, ec,
                                         [&act, impl = impl_](error_code& e) { return act(*impl, e); });
   }
-  // async_send and async_receive with message flags: only 0 is taken (an unconnected socket gives
-  // its error first, as Asio's).
+  // async_send and async_receive with message flags: only 0 is taken (an unconnected socket
+  // gives its error first, as Asio's).
   template <class Start, class CompletionToken>
   auto with_flags(message_flags flags, Start start, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
@@ -639,11 +639,12 @@ class socket : public boost::asio::socket_base {
   // What open(), bind() and set_option() said, for the connect.
   detail::connect_setup setup() const;
 
+  // Whether tcp::socket would hold a descriptor: connected, connecting, open()ed or bound.
+  bool has_descriptor() const noexcept { return impl_ || connecting_ || opened_ || bound_; }
   // Why an operation that needs a connection cannot start: `not_connected` once open()ed,
   // bound or connecting (POSIX's ENOTCONN), `bad_descriptor` when closed.
   error_code unconnected() const noexcept {
-    return opened_ || bound_ || connecting_ ? boost::asio::error::not_connected
-                                            : boost::asio::error::bad_descriptor;
+    return has_descriptor() ? boost::asio::error::not_connected : boost::asio::error::bad_descriptor;
   }
   // Completes an operation that could not start, as Asio does: posted, never inside the call.
   template <class Handler, class... Value>
