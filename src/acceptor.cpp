@@ -121,22 +121,24 @@ void acceptor::close(error_code& ec) {
 }
 
 void acceptor::cancel() {
-  if (impl_) impl_->cancel();
+  error_code ec;
+  cancel(ec);
+  detail::throw_if(ec, "cancel");
 }
 
 void acceptor::cancel(error_code& ec) {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
-  cancel();
+  if (impl_) impl_->cancel();
 }
 
-void acceptor::start_accept(detail::accept_handler handler, const executor_type& socket_executor) {
+std::uint64_t acceptor::start_accept(detail::accept_handler handler, const executor_type& socket_executor) {
   if (!impl_) {
     boost::asio::post(executor_, [h = std::move(handler)]() mutable {
       std::move(h)(error_code(boost::asio::error::bad_descriptor), detail::connection{});
     });
-    return;
+    return 0;
   }
-  detail::async_accept(impl_, std::move(handler), socket_executor);
+  return detail::async_accept(impl_, std::move(handler), socket_executor);
 }
 
 }  // namespace coverbs

@@ -98,12 +98,21 @@ asio::ip::tcp::endpoint acceptor_impl::local_endpoint(error_code& ec) const {
   return tcp_ ? tcp_->local_endpoint(ec) : endpoint_;
 }
 
-void acceptor_impl::accept(accept_handler handler, const asio::any_io_executor& socket_executor) {
-  if (closed_) return fail(std::move(handler), asio::error::operation_aborted);
-  if (!listening_) return fail(std::move(handler), asio::error::invalid_argument);  // as accept(2)
-  waiters_.push_back({std::move(handler), socket_executor});
-  if (arrived_.empty() && ready_.empty()) return run_listeners();
-  asio::post(executor_, [self = shared_from_this()] { self->serve(); });
+std::uint64_t acceptor_impl::accept(accept_handler handler, const asio::any_io_executor& socket_executor) {
+  const std::uint64_t id = ++accepts_started_;
+  if (closed_) {
+    fail(std::move(handler), asio::error::operation_aborted);
+  } else if (!listening_) {
+    fail(std::move(handler), asio::error::invalid_argument);  // as accept(2)
+  } else {
+    waiters_.push_back({std::move(handler), socket_executor, id});
+    if (arrived_.empty() && ready_.empty()) {
+      run_listeners();
+    } else {
+      asio::post(executor_, [self = shared_from_this()] { self->serve(); });
+    }
+  }
+  return id;
 }
 
 void acceptor_impl::cancel() {
@@ -112,12 +121,46 @@ void acceptor_impl::cancel() {
   for (auto& w : waiters) fail(std::move(w.handler), asio::error::operation_aborted);
   for (auto at = handshakes_.begin(); at != handshakes_.end();) {
     const auto next = std::next(at);
-    if (at->taker) {
-      fail(std::move(at->taker->handler), asio::error::operation_aborted);
-      abandon(at);
-    }
+    if (at->taker) abort_taker(at);
     at = next;
   }
+  stop_listeners();  // nobody waits: run() may return, as after tcp::acceptor::cancel
+}
+
+// The signal may be raised on another thread (a strand of the handler's): the acceptor's
+// state is touched on its own executor only.
+void acceptor_impl::cancel_accept(std::uint64_t id, bool reject) {
+  asio::dispatch(executor_, [self = weak_from_this(), id, reject] {
+    if (const auto acceptor = self.lock()) acceptor->cancel_accept_here(id, reject);
+  });
+}
+
+void acceptor_impl::cancel_accept_here(std::uint64_t id, bool reject) {
+  const auto waiting =
+      std::find_if(waiters_.begin(), waiters_.end(), [id](const waiter& w) { return w.id == id; });
+  if (waiting != waiters_.end()) {
+    fail(std::move(waiting->handler), asio::error::operation_aborted);
+    waiters_.erase(waiting);
+    if (waiters_.empty()) stop_listeners();
+    return;
+  }
+  const auto shaking = std::find_if(handshakes_.begin(), handshakes_.end(),
+                                    [id](const handshake& h) { return h.taker && h.taker->id == id; });
+  if (shaking != handshakes_.end() && reject && abort_taker(shaking)) return;
+  // On its way (or done, or a handshake left to finish): should it fall through, it ends.
+  constexpr std::size_t remembered = 16;
+  if (cancelled_in_flight_.size() == remembered) cancelled_in_flight_.pop_front();
+  cancelled_in_flight_.push_back(id);
+}
+
+bool acceptor_impl::abort_taker(handshake_list::iterator at) {
+  const std::shared_ptr<handshake_link> link = at->link;
+  const detached how = detach(*link);
+  if (how == detached::too_late) return false;
+  fail(std::move(at->taker->handler), asio::error::operation_aborted);
+  handshakes_.erase(at);
+  give_up(link, how);
+  return true;
 }
 
 void acceptor_impl::close() {
@@ -192,7 +235,10 @@ void acceptor_impl::fail(accept_handler handler, error_code ec) {
 // An accept whose connection fell through (the client left, or the stream could not be built)
 // waits for the next one, first in line, unless the acceptor has closed meanwhile.
 void acceptor_impl::requeue(waiter w) {
-  if (closed_) return fail(std::move(w.handler), asio::error::operation_aborted);
+  const auto cancelled = std::find(cancelled_in_flight_.begin(), cancelled_in_flight_.end(), w.id);
+  const bool was_cancelled = cancelled != cancelled_in_flight_.end();
+  if (was_cancelled) cancelled_in_flight_.erase(cancelled);
+  if (closed_ || was_cancelled) return fail(std::move(w.handler), asio::error::operation_aborted);
   waiters_.push_front(std::move(w));
   serve();
 }
@@ -302,14 +348,16 @@ void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
   // accept's handler would run inside it.
   asio::dispatch(w.executor, [self = shared_from_this(), back = tracked(executor_),
                               socket = std::move(socket), place = std::move(a.place), local, remote,
-                              h = std::move(w.handler), ex = w.executor]() mutable {
+                              h = std::move(w.handler), ex = w.executor, id = w.id]() mutable {
     std::shared_ptr<tcp_stream> stream;
     try {
       stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
       stream->keep_until_closed(std::move(place));
       stream->start();
     } catch (const std::exception&) {  // the connection is dropped; the accept waits on
-      return asio::post(back, [self, h = std::move(h), ex]() mutable { self->requeue({std::move(h), ex}); });
+      return asio::post(back, [self, h = std::move(h), ex, id]() mutable {
+        self->requeue({std::move(h), ex, id});
+      });
     }
     asio::post(back, [h = std::move(h), c = connection{stream, local, remote, transport::tcp}]() mutable {
       std::move(h)(error_code(), std::move(c));
@@ -488,9 +536,13 @@ void acceptor_impl::ready(connection c) {
   serve();
 }
 
-void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
-                  const asio::any_io_executor& socket_executor) {
-  impl->accept(std::move(handler), socket_executor);
+std::uint64_t async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
+                           const asio::any_io_executor& socket_executor) {
+  return impl->accept(std::move(handler), socket_executor);
+}
+
+void cancel_accept(const std::weak_ptr<acceptor_impl>& impl, std::uint64_t id, bool reject) {
+  if (const auto acceptor = impl.lock()) acceptor->cancel_accept(id, reject);
 }
 
 }  // namespace coverbs::detail

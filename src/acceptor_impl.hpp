@@ -50,10 +50,14 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
 
   /// Takes the next connection for a socket on `socket_executor`; the handler is never
-  /// called from inside this call.
-  void accept(accept_handler handler, const boost::asio::any_io_executor& socket_executor);
+  /// called from inside this call. Returns the accept's number (never 0).
+  std::uint64_t accept(accept_handler handler, const boost::asio::any_io_executor& socket_executor);
+  /// Ends accept `id` with operation_aborted if it still waits, or (where `reject`) waits for
+  /// its handshake, that client being rejected. One whose connection is on its way to it
+  /// completes with it, unless that falls through: then it ends instead of waiting again.
+  void cancel_accept(std::uint64_t id, bool reject);
   /// Ends the accepts waiting, and those whose handshake is under way (that client is
-  /// rejected), with operation_aborted.
+  /// rejected), with operation_aborted, and stops listening until the next accept.
   void cancel();
   /// As cancel, then aborts the handshakes under way for later accepts, refuses the
   /// connections nobody took, and stops listening.
@@ -67,6 +71,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   struct waiter {
     accept_handler handler;
     boost::asio::any_io_executor executor;  ///< the socket's: where the connection is built
+    std::uint64_t id = 0;                   ///< for cancel_accept
   };
   struct tcp_arrival {
     boost::asio::ip::tcp::socket socket;
@@ -129,6 +134,10 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   handshake_list::iterator find_handshake(const std::shared_ptr<handshake_link>& link);
   static detached detach(handshake_link& link);
   void abandon(handshake_list::iterator at);
+  void cancel_accept_here(std::uint64_t id, bool reject);
+  /// Gives up on the handshake at `at` for its taker, which ends aborted; false where the
+  /// result is on its way already (the accept then completes with it).
+  bool abort_taker(handshake_list::iterator at);
   static void give_up(const std::shared_ptr<handshake_link>& link, detached how);
 
   boost::asio::any_io_executor executor_;
@@ -141,6 +150,10 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
   boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)
   bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;
+  std::uint64_t accepts_started_ = 0;
+  /// Accepts cancelled while their connection was on its way: should it fall through, they end
+  /// rather than wait again. The latest few only (ids are never reused).
+  std::deque<std::uint64_t> cancelled_in_flight_;
 };
 
 }  // namespace coverbs::detail

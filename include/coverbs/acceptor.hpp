@@ -3,8 +3,10 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 
@@ -15,9 +17,13 @@ namespace coverbs {
 namespace detail {
 class acceptor_impl;
 using accept_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
-/// Takes the next connection, its stream built on `socket_executor` (of `impl`'s context).
-void async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
-                  const boost::asio::any_io_executor& socket_executor);
+/// Takes the next connection, its stream built on `socket_executor` (of `impl`'s context);
+/// returns the accept's number for cancel_accept.
+std::uint64_t async_accept(const std::shared_ptr<acceptor_impl>& impl, accept_handler handler,
+                           const boost::asio::any_io_executor& socket_executor);
+/// Ends accept number `id` with operation_aborted where it has not taken a connection yet,
+/// on the acceptor's executor; `reject` lets it reject a client whose handshake is under way.
+void cancel_accept(const std::weak_ptr<acceptor_impl>& impl, std::uint64_t id, bool reject);
 /// An executor a socket can be made with (a legacy one, such as io_context::strand, cannot).
 template <class T>
 constexpr bool is_io_executor = (boost::asio::execution::is_executor<T>::value ||
@@ -134,13 +140,21 @@ class acceptor : public boost::asio::socket_base {
   void close();
   /// As above, reporting through `ec` (closing never fails today).
   void close(error_code& ec);
-  /// Ends pending accepts with operation_aborted; the acceptor keeps listening.
+  /// Ends pending accepts with operation_aborted; the acceptor stays open and the next accept
+  /// takes a client that comes meanwhile (over RDMA if it comes within rdma_cm's minute).
+  /// Nothing is accepted while none waits, so the context runs out of work once the
+  /// handshakes already under way have ended, as with `tcp::acceptor`. Throws `bad_descriptor`
+  /// when closed.
   void cancel();
   /// As above, with `bad_descriptor` in `ec` when closed.
   void cancel(error_code& ec);
 
   /// The next connection, whichever transport it came by, as a new socket:
-  /// `void(error_code, coverbs::socket)`. Call again for each further connection.
+  /// `void(error_code, coverbs::socket)`. Call again for each further connection. Per-operation
+  /// cancellation (e.g. `async_accept(...) || timer`), cancel() and close() end a waiting
+  /// accept with operation_aborted, as for every form below, and an accept whose RDMA
+  /// handshake is under way too (that client is rejected); a connection that comes later
+  /// goes to the next accept.
   template <boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
                 detail::default_socket_token>
   auto async_accept(CompletionToken&& token = detail::default_socket_token()) {
@@ -215,16 +229,33 @@ class acceptor : public boost::asio::socket_base {
     return boost::asio::async_initiate<CompletionToken, Signature>(
         [](auto handler, acceptor* self, const executor_type& socket_executor, Deliver deliver) {
           deliver.start();
+          auto slot = boost::asio::get_associated_cancellation_slot(handler);
           auto done = [ex = self->executor_, socket_executor, deliver, h = std::move(handler)](
                           error_code ec, detail::connection c) mutable {
+            boost::asio::get_associated_cancellation_slot(h).clear();
             auto hex = boost::asio::get_associated_executor(h, ex);
             boost::asio::dispatch(hex, deliver(std::move(h), socket_executor, ec, std::move(c)));
           };
-          self->start_accept(detail::accept_handler(std::move(done)), socket_executor);
+          const std::uint64_t id =
+              self->start_accept(detail::accept_handler(std::move(done)), socket_executor);
+          // Per-operation cancellation (e.g. `async_accept(...) || timer`), of every type as
+          // tcp::acceptor takes it: an accept still waiting ends; one whose RDMA handshake is
+          // under way ends unless only `total` is asked (the client would be rejected); one
+          // whose connection is on its way to it completes with it.
+          if (slot.is_connected() && id != 0) {
+            slot.assign([impl = std::weak_ptr(self->impl_), id](boost::asio::cancellation_type type) {
+              using boost::asio::cancellation_type;
+              if (type == cancellation_type::none) return;
+              detail::cancel_accept(impl, id,
+                                    (type & (cancellation_type::terminal | cancellation_type::partial)) !=
+                                        cancellation_type::none);
+            });
+          }
         },
         token, this, socket_executor, std::move(deliver));
   }
-  void start_accept(detail::accept_handler handler, const executor_type& socket_executor);
+  // Starts an accept; its number, or 0 where the acceptor is closed (the handler is posted).
+  std::uint64_t start_accept(detail::accept_handler handler, const executor_type& socket_executor);
   // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
   boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
   // An RDMA-only acceptor's answer to an option.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <type_traits>
 #include <utility>
@@ -65,12 +66,14 @@ class rebound_acceptor : public acceptor {
   auto async_accept(Token&& token = Token()) {
     return boost::asio::async_initiate<Token, void(error_code, socket_type)>(
         [](auto handler, rebound_acceptor* self) {
-          // The plain accept hands over on the handler's executor, which stays the handler's.
+          // The plain accept hands over on the handler's executor, which stays the handler's,
+          // and listens to the handler's cancellation slot.
           auto ex = boost::asio::get_associated_executor(handler, self->acceptor::get_executor());
-          self->acceptor::async_accept(
-              boost::asio::bind_executor(ex, [h = std::move(handler)](error_code ec, socket s) mutable {
+          auto slot = boost::asio::get_associated_cancellation_slot(handler);
+          self->acceptor::async_accept(boost::asio::bind_cancellation_slot(
+              slot, boost::asio::bind_executor(ex, [h = std::move(handler)](error_code ec, socket s) mutable {
                 std::move(h)(ec, socket_type(std::move(s)));
-              }));
+              })));
         },
         token, this);
   }

@@ -2,6 +2,7 @@
 // connect in the Soft-RoCE VM: the same bodies as tcp_socket_test.
 #include <boost/test/unit_test.hpp>
 
+#include "accept_cancellation_tests.hpp"
 #include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "blocking_tests.hpp"
@@ -110,6 +111,9 @@ BOOST_AUTO_TEST_CASE(bound_before_connecting) {
 }
 BOOST_AUTO_TEST_CASE(unconnected_operations) {
   test::unconnected_operations(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(accept_cancellation) {
+  test::accept_cancellation(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(options_before_connecting) {
   test::options_before_connecting(transport::rdma);

@@ -1,6 +1,7 @@
 // coverbs::socket and coverbs::acceptor over TCP, through a real listen and connect.
 #include <boost/test/unit_test.hpp>
 
+#include "accept_cancellation_tests.hpp"
 #include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "blocking_tests.hpp"
@@ -111,6 +112,9 @@ BOOST_AUTO_TEST_CASE(bound_before_connecting) {
 }
 BOOST_AUTO_TEST_CASE(unconnected_operations) {
   test::unconnected_operations(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(accept_cancellation) {
+  test::accept_cancellation(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(options_before_connecting) {
   test::options_before_connecting(transport::tcp);
