@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
@@ -11,7 +10,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
-#include <cerrno>
 #include <chrono>
 
 #include "coverbs/detail/handshake.hpp"
@@ -197,11 +195,6 @@ error_code to_error_code(std::exception_ptr e) {
 }
 
 }  // namespace
-
-error_code set_raw_option(int fd, int level, int name, const void* value, std::size_t size) {
-  if (::setsockopt(fd, level, name, value, static_cast<socklen_t>(size)) == 0) return {};
-  return error_code(errno, asio::error::get_system_category());
-}
 
 void async_connect(const asio::any_io_executor& executor, const asio::ip::tcp::endpoint& peer,
                    const connect_setup& setup, const socket_options& options, connect_handler handler) {

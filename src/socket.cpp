@@ -1,11 +1,6 @@
 #include "coverbs/socket.hpp"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cstring>
 #include <system_error>
 #include <utility>
 
@@ -33,19 +28,6 @@ boost::asio::ip::tcp::socket* socket::tcp_socket(error_code& ec) const {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
   auto* tcp = dynamic_cast<detail::tcp_stream*>(impl_.get());
   return tcp != nullptr ? &tcp->socket() : nullptr;
-}
-
-error_code socket::rdma_option(int level, int name, void* value, std::size_t* size) {
-  const bool taken =
-      (level == IPPROTO_TCP && name == TCP_NODELAY) || (level == SOL_SOCKET && name == SO_REUSEADDR);
-  if (!taken) return boost::asio::error::operation_not_supported;
-  if (value != nullptr) {
-    const int on = 1;
-    if (*size < sizeof on) return boost::asio::error::invalid_argument;
-    std::memcpy(value, &on, sizeof on);
-    *size = sizeof on;
-  }
-  return {};
 }
 
 // The executor is copied, not moved: a moved-from socket can connect again, as Asio's.
@@ -158,12 +140,11 @@ void socket::open(const protocol_type& protocol, error_code& ec) {
 
 void socket::keep_option(int level, int name, const void* value, std::size_t size, error_code& ec) {
   ec = {};
-  if (options_.kind != transport::rdma) {  // TCP's answer: a socket's of the same family
-    boost::asio::ip::tcp::socket probe(executor_);
-    probe.open(opened_ ? *opened_ : bound_->protocol(), ec);
+  if (options_.kind != transport::rdma) {  // TCP's answer: a socket's like the connection's
+    auto probe = tcp_probe(ec);
     if (!ec) ec = detail::set_raw_option(probe.native_handle(), level, name, value, size);
   }
-  if (!ec && options_.kind != transport::tcp) ec = rdma_option(level, name, nullptr, nullptr);
+  if (!ec && options_.kind != transport::tcp) ec = detail::rdma_option(level, name, nullptr, nullptr);
   if (ec) return;
   const auto* bytes = static_cast<const unsigned char*>(value);
   auto same =
@@ -174,20 +155,12 @@ void socket::keep_option(int level, int name, const void* value, std::size_t siz
 }
 
 error_code socket::kept_option(int level, int name, void* value, std::size_t& size) const {
-  if (options_.kind == transport::rdma) return rdma_option(level, name, value, &size);
+  if (options_.kind == transport::rdma) return detail::rdma_option(level, name, value, &size);
   if (options_.kind == transport::automatic) {
-    if (error_code ec = rdma_option(level, name, nullptr, nullptr)) return ec;
+    if (error_code ec = detail::rdma_option(level, name, nullptr, nullptr)) return ec;
   }
-  // TCP's answer: a socket of the family set up as the connection's will be before it connects.
-  const protocol_type family = opened_ ? *opened_ : bound_->protocol();
-  boost::asio::ip::tcp::socket probe(executor_);
   error_code ec;
-  probe.open(family, ec);
-  if (!ec) probe.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-  for (const detail::raw_socket_option& o : set_before_connect_) {
-    if (!ec)
-      ec = detail::set_raw_option(probe.native_handle(), o.level, o.name, o.value.data(), o.value.size());
-  }
+  const auto probe = tcp_probe(ec);  // TCP's answer
   if (ec) return ec;
   raw_gettable_option read{level, name, value, size};
   probe.get_option(read, ec);
@@ -195,10 +168,20 @@ error_code socket::kept_option(int level, int name, void* value, std::size_t& si
   return ec;
 }
 
+boost::asio::ip::tcp::socket socket::tcp_probe(error_code& ec) const {
+  boost::asio::ip::tcp::socket probe(executor_);
+  probe.open(*chosen_family(), ec);
+  // Every TCP connection of ours has no_delay on (connect_tcp), then what set_option() kept.
+  if (!ec) probe.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+  for (const detail::raw_socket_option& o : set_before_connect_) {
+    if (!ec)
+      ec = detail::set_raw_option(probe.native_handle(), o.level, o.name, o.value.data(), o.value.size());
+  }
+  return probe;
+}
+
 detail::connect_setup socket::setup() const {
-  std::optional<protocol_type> family = opened_;
-  if (!family && bound_) family = bound_->protocol();
-  return {bound_, set_before_connect_, family};
+  return {bound_, set_before_connect_, chosen_family()};
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {

@@ -23,6 +23,7 @@
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/blocking_wait.hpp"
 #include "coverbs/detail/connect.hpp"
+#include "coverbs/detail/socket_option.hpp"
 #include "coverbs/detail/stream_core.hpp"
 #include "coverbs/detail/throw_error.hpp"
 #include "coverbs/error.hpp"
@@ -243,17 +244,12 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting through `ec`.
   template <class SettableSocketOption>
   void set_option(const SettableSocketOption& option, error_code& ec) {
-    if (!impl_ && !connecting_ && (opened_ || bound_)) {
-      const protocol_type protocol = opened_ ? *opened_ : bound_->protocol();
-      return keep_option(option.level(protocol), option.name(protocol), option.data(protocol),
-                         option.size(protocol), ec);
+    if (const auto family = chosen_family(); family && !impl_ && !connecting_) {
+      return keep_option(option.level(*family), option.name(*family), option.data(*family),
+                         option.size(*family), ec);
     }
-    const auto protocol = remote_.protocol();
-    if (auto* tcp = tcp_socket(ec)) {
-      tcp->set_option(option, ec);
-    } else if (!ec) {
-      ec = rdma_option(option.level(protocol), option.name(protocol), nullptr, nullptr);
-    }
+    auto* tcp = tcp_socket(ec);
+    if (!ec) detail::set_option_on(tcp, option, ec);
   }
   /// Reads a socket option, as `tcp::socket::get_option`: over TCP the connection's socket's
   /// value; over RDMA `tcp::no_delay` and `reuse_address` are always true and other options
@@ -270,22 +266,14 @@ class socket : public boost::asio::socket_base {
   /// As above, reporting through `ec`.
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option, error_code& ec) const {
-    if (!impl_ && (opened_ || bound_)) {
-      const protocol_type protocol = opened_ ? *opened_ : bound_->protocol();
-      std::size_t size = option.size(protocol);
-      ec = kept_option(option.level(protocol), option.name(protocol), option.data(protocol), size);
-      if (!ec) option.resize(protocol, size);
+    if (const auto family = chosen_family(); family && !impl_) {
+      std::size_t size = option.size(*family);
+      ec = kept_option(option.level(*family), option.name(*family), option.data(*family), size);
+      if (!ec) option.resize(*family, size);
       return;
     }
-    const auto protocol = remote_.protocol();
-    if (auto* tcp = tcp_socket(ec)) {
-      tcp->get_option(option, ec);
-      return;
-    }
-    if (ec) return;
-    std::size_t size = option.size(protocol);
-    ec = rdma_option(option.level(protocol), option.name(protocol), option.data(protocol), &size);
-    if (!ec) option.resize(protocol, size);
+    const auto* tcp = tcp_socket(ec);
+    if (!ec) detail::get_option_from(tcp, option, ec);
   }
 
   /// Connects to `peer` (closing any current connection first) over the transport the options
@@ -629,13 +617,18 @@ class socket : public boost::asio::socket_base {
 
   // The TCP transport's socket; null over RDMA, and with `bad_descriptor` in `ec` when closed.
   boost::asio::ip::tcp::socket* tcp_socket(error_code& ec) const;
-  // RDMA's answer to an option a TCP program sets (`value` and `size` null) or reads.
-  static error_code rdma_option(int level, int name, void* value, std::size_t* size);
   // set_option after open() or bind(): kept for the connect where each transport this socket
   // may use takes it, else refused now with that transport's error.
   void keep_option(int level, int name, const void* value, std::size_t size, error_code& ec);
   // get_option after open() or bind(): what the connection would start with.
   error_code kept_option(int level, int name, void* value, std::size_t& size) const;
+  // A TCP socket of the chosen family set up as the connection's will be before its connect:
+  // where options are checked and read before there is a connection.
+  boost::asio::ip::tcp::socket tcp_probe(error_code& ec) const;
+  // The family open() or bind() chose; none before either (or after close()).
+  std::optional<protocol_type> chosen_family() const {
+    return opened_ ? opened_ : bound_ ? std::optional(bound_->protocol()) : std::nullopt;
+  }
   // What open(), bind() and set_option() said, for the connect.
   detail::connect_setup setup() const;
 

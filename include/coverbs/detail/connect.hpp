@@ -10,6 +10,7 @@
 
 #include "coverbs/cm/id.hpp"
 #include "coverbs/detail/rdma_stream.hpp"
+#include "coverbs/detail/socket_option.hpp"
 #include "coverbs/detail/stream_core.hpp"
 
 namespace coverbs {
@@ -27,15 +28,6 @@ struct connection {
 };
 
 using connect_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
-
-/// A socket option set before connecting, as setsockopt(2) takes it.
-struct raw_socket_option {
-  int level = 0, name = 0;
-  std::vector<unsigned char> value;
-};
-
-/// setsockopt(2) on `fd`, its errno as an error_code.
-error_code set_raw_option(int fd, int level, int name, const void* value, std::size_t size);
 
 /// What a socket said before connecting: bind()'s address and set_option()'s options.
 struct connect_setup {
