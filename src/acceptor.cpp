@@ -1,8 +1,8 @@
 #include "coverbs/acceptor.hpp"
 
 #include <boost/asio/post.hpp>
-
-#include <sys/socket.h>
+#include <optional>
+#include <utility>
 
 #include "acceptor_impl.hpp"
 
@@ -83,11 +83,6 @@ boost::asio::ip::tcp::acceptor* acceptor::tcp_listener(error_code& ec) const {
   return impl_ && impl_->tcp_ ? &*impl_->tcp_ : nullptr;
 }
 
-error_code acceptor::rdma_option(int level, int name) {
-  if (level == SOL_SOCKET && name == SO_REUSEADDR) return {};
-  return boost::asio::error::operation_not_supported;
-}
-
 acceptor::~acceptor() { close(); }
 
 acceptor::endpoint_type acceptor::local_endpoint(error_code& ec) const {
@@ -129,6 +124,52 @@ void acceptor::cancel() {
 void acceptor::cancel(error_code& ec) {
   ec = impl_ ? error_code() : error_code(boost::asio::error::bad_descriptor);
   if (impl_) impl_->cancel();
+}
+
+socket acceptor::accept(endpoint_type& peer_endpoint, error_code& ec) {
+  std::optional<socket> taken;
+  detail::run_blocking_to(
+      executor_, ec, [&](auto handler) { async_accept(peer_endpoint, std::move(handler)); },
+      [&taken](socket s) { taken.emplace(std::move(s)); });
+  return taken ? std::move(*taken) : socket(executor_, options_);
+}
+
+socket acceptor::accept(endpoint_type& peer_endpoint) {
+  error_code ec;
+  socket s = accept(peer_endpoint, ec);
+  detail::throw_if(ec, "accept");
+  return s;
+}
+
+socket acceptor::accept(error_code& ec) {
+  endpoint_type ignored;
+  return accept(ignored, ec);
+}
+
+socket acceptor::accept() {
+  endpoint_type ignored;
+  return accept(ignored);
+}
+
+void acceptor::accept(socket& peer, endpoint_type& peer_endpoint, error_code& ec) {
+  detail::run_blocking(executor_, ec,
+                       [&](auto handler) { async_accept(peer, peer_endpoint, std::move(handler)); });
+}
+
+void acceptor::accept(socket& peer, endpoint_type& peer_endpoint) {
+  error_code ec;
+  accept(peer, peer_endpoint, ec);
+  detail::throw_if(ec, "accept");
+}
+
+void acceptor::accept(socket& peer, error_code& ec) {
+  endpoint_type ignored;
+  accept(peer, ignored, ec);
+}
+
+void acceptor::accept(socket& peer) {
+  endpoint_type ignored;
+  accept(peer, ignored);
 }
 
 std::uint64_t acceptor::start_accept(detail::accept_handler handler, const executor_type& socket_executor) {

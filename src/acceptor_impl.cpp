@@ -46,6 +46,7 @@ acceptor_impl::acceptor_impl(const asio::any_io_executor& ex, const socket_optio
       open_(std::make_shared<std::atomic<std::size_t>>(0)) {}
 
 error_code acceptor_impl::open(const asio::ip::tcp& protocol) {
+  family_ = protocol;
   error_code ec;
   if (options_.kind != transport::rdma) {
     tcp_.emplace(executor_);
@@ -75,11 +76,14 @@ error_code acceptor_impl::bind(const asio::ip::tcp::endpoint& endpoint) {
     }
   }
   endpoint_ = bound;
+  bound_ = true;
   return {};
 }
 
 error_code acceptor_impl::listen(int backlog) {
-  if (!tcp_ && !rdma_) return asio::error::invalid_argument;  // RDMA alone, not bound yet
+  if (!bound_) {  // as listen(2) binds an unbound socket: any address, a port the system picks
+    if (error_code ec = bind(asio::ip::tcp::endpoint(family_, 0))) return ec;
+  }
   error_code ec;
   if (tcp_) tcp_->listen(backlog, ec);
   if (ec) return ec;
@@ -95,7 +99,8 @@ error_code acceptor_impl::listen(int backlog) {
 
 asio::ip::tcp::endpoint acceptor_impl::local_endpoint(error_code& ec) const {
   ec = {};
-  return tcp_ ? tcp_->local_endpoint(ec) : endpoint_;
+  // Not bound yet, RDMA alone reads as an unbound socket does: the family's any address, port 0.
+  return tcp_ ? tcp_->local_endpoint(ec) : bound_ ? endpoint_ : asio::ip::tcp::endpoint(family_, 0);
 }
 
 std::uint64_t acceptor_impl::accept(accept_handler handler, const asio::any_io_executor& socket_executor) {

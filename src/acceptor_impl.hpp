@@ -149,7 +149,8 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   boost::asio::cancellation_signal stop_rdma_;      ///< ends the RDMA listener's wait
   std::shared_ptr<std::atomic<std::size_t>> open_;  ///< connections holding a place
   boost::asio::ip::tcp::endpoint endpoint_;         ///< bound to (TCP's own where it listens)
-  bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false;
+  boost::asio::ip::tcp family_ = boost::asio::ip::tcp::v4();  ///< open()'s
+  bool tcp_running_ = false, rdma_running_ = false, closed_ = false, listening_ = false, bound_ = false;
   std::uint64_t accepts_started_ = 0;
   /// Accepts cancelled while their connection was on its way: should it fall through, they end
   /// rather than wait again. The latest few only (ids are never reused).

@@ -9,7 +9,7 @@ namespace coverbs::test {
 /// Accepting onto a strand: the socket's executor is the strand (its operations' handlers run
 /// there), the accept's handler runs on the acceptor's, and the connection works; likewise
 /// into a socket on the strand, and onto another io_context, by its executor or into its
-/// socket (the client's address reported).
+/// socket (the client's address reported by both).
 void accept_onto_executor(transport kind);
 
 /// A connection accepted onto another context needs nothing of the acceptor's any more: with

@@ -64,17 +64,22 @@ class server_runner {
   std::thread thread_;  // last: it starts once the others are set
 };
 
-/// Closes the client and runs its context until the server's has run out of work, as it does
-/// once both ends are closed: the client's end goes on in client_io (an RDMA close waits for
-/// its sends).
+/// Runs `io` on this thread until the other side's context has run out of work, as it does
+/// once both ends are closed: a closed end goes on in its context (an RDMA close waits for its
+/// sends).
+void run_until_stopped(asio::io_context& io, const std::atomic<bool>& other_stopped) {
+  io.restart();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!other_stopped && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(std::chrono::milliseconds(20));
+  }
+  BOOST_TEST(other_stopped.load());
+}
+
+/// Closes the client and runs its context until the server's has run out of work.
 void close_and_wait(socket& client, asio::io_context& client_io, const std::atomic<bool>& server_stopped) {
   client.close();
-  client_io.restart();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!server_stopped && std::chrono::steady_clock::now() < deadline) {
-    client_io.run_one_for(std::chrono::milliseconds(20));
-  }
-  BOOST_TEST(server_stopped.load());
+  run_until_stopped(client_io, server_stopped);
 }
 
 /// A buffer sequence that throws when read, as a start (where the socket copies it) would.
@@ -108,9 +113,12 @@ asio::awaitable<std::string> read_word(socket& s) {
   co_await asio::async_read(s, asio::buffer(word), asio::use_awaitable);
   co_return word;
 }
-asio::awaitable<void> answer_upper_cased(socket& s, std::string word) {
+std::string upper_cased(std::string word) {
   std::transform(word.begin(), word.end(), word.begin(), [](char c) { return std::toupper(c); });
-  co_await asio::async_write(s, asio::buffer(word), asio::use_awaitable);
+  return word;
+}
+asio::awaitable<void> answer_upper_cased(socket& s, std::string word) {
+  co_await asio::async_write(s, asio::buffer(upper_cased(std::move(word))), asio::use_awaitable);
 }
 
 /// Whether `e` says `what`.
@@ -329,6 +337,94 @@ void blocking_calls_meet_throwing_handlers(transport kind) {
   close_and_wait(client, client_io, server.stopped());
   server.stop();
   BOOST_TEST(!server_failure);
+}
+
+/// The shape of Asio's blocking echo server: the server's io_context is never run but by its
+/// blocking calls. accept() reports each client's address, accept(peer) takes the next client
+/// into a socket, reads and writes block; each client's word comes back upper-cased and its
+/// end of stream is seen. Inside a handler of the acceptor's context accept() fails with
+/// would_block; once closed, with bad_descriptor (the throwing form throws).
+void blocking_server(transport kind) {
+  asio::io_context server_io, client_io;
+  const socket_options options{.kind = kind};
+  acceptor listener(server_io, {test_address(), 0}, options);
+  const asio::ip::tcp::endpoint server = listener.local_endpoint();
+  // Three clients, one after the other, on a thread of their own.
+  const std::array<std::string, 3> words{"hello", "again", "third"};
+  std::vector<asio::ip::tcp::endpoint> client_ends;
+  std::vector<std::string> answers;
+  std::exception_ptr client_failure;
+  asio::co_spawn(
+      client_io,
+      [&]() -> asio::awaitable<void> {
+        for (const std::string& word : words) {
+          socket c(client_io, options);
+          co_await c.async_connect(server, asio::use_awaitable);
+          client_ends.push_back(c.local_endpoint());
+          co_await asio::async_write(c, asio::buffer(word), asio::use_awaitable);
+          answers.push_back(co_await read_word(c));
+          c.close();
+        }
+      },
+      [&](std::exception_ptr e) {
+        client_failure = e;
+        // A blocking accept waiting for a client that failed would wait for good: end it.
+        if (e) asio::post(server_io, [&] { listener.cancel(); });
+      });
+  server_runner clients(client_io);
+
+  const auto answer = [](socket& s) {  // one word back upper-cased, then the end of the stream
+    std::string word(5, '\0');
+    asio::read(s, asio::buffer(word));
+    asio::write(s, asio::buffer(upper_cased(word)));
+    error_code end;
+    char byte = 0;
+    s.read_some(asio::buffer(&byte, 1), end);
+    s.close();
+    return end;
+  };
+  asio::ip::tcp::endpoint first_peer, second_peer;
+  socket first = listener.accept(first_peer);
+  BOOST_TEST((first.transport_in_use() == kind));
+  const error_code first_end = answer(first);
+  BOOST_TEST((first_end == asio::error::eof), first_end.message());
+  socket second(server_io, options);
+  listener.accept(second, second_peer);
+  BOOST_TEST(second.is_open());
+  const error_code second_end = answer(second);
+  BOOST_TEST((second_end == asio::error::eof), second_end.message());
+  error_code third_ec;
+  socket third = listener.accept(third_ec);
+  BOOST_TEST(!third_ec, third_ec.message());
+  const asio::ip::tcp::endpoint third_peer =
+      third.is_open() ? third.remote_endpoint() : asio::ip::tcp::endpoint();
+  const error_code third_end = answer(third);
+  BOOST_TEST((third_end == asio::error::eof), third_end.message());
+  run_until_stopped(server_io, clients.stopped());
+  clients.stop();
+  BOOST_TEST(!client_failure);
+  BOOST_REQUIRE(client_ends.size() == 3u);
+  BOOST_TEST((first_peer == client_ends[0]));
+  BOOST_TEST((second_peer == client_ends[1]));
+  BOOST_TEST((third_peer == client_ends[2]));
+  BOOST_TEST((answers == std::vector<std::string>{"HELLO", "AGAIN", "THIRD"}));
+
+  error_code inside;
+  bool ran = false;
+  asio::post(server_io, [&] {
+    listener.accept(inside);
+    ran = true;
+  });
+  server_io.restart();
+  while (!ran && server_io.run_one() > 0) {
+  }
+  BOOST_TEST((inside == asio::error::would_block), inside.message());
+  listener.close();
+  error_code closed;
+  const socket none = listener.accept(closed);
+  BOOST_TEST((closed == asio::error::bad_descriptor), closed.message());
+  BOOST_TEST(!none.is_open());
+  BOOST_CHECK_THROW(listener.accept(), boost::system::system_error);
 }
 
 }  // namespace coverbs::test

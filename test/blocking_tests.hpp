@@ -25,4 +25,9 @@ void blocking_calls_on_a_thread_pool(transport kind);
 /// arrives later. A start that throws throws from the call, on an io_context as on a pool.
 void blocking_calls_meet_throwing_handlers(transport kind);
 
+/// The shape of Asio's blocking echo server: accept() (reporting each client's address) and
+/// accept(peer) on an io_context nobody else runs, then blocking reads and writes; accept()
+/// inside a handler of that context fails with would_block, once closed with bad_descriptor.
+void blocking_server(transport kind);
+
 }  // namespace coverbs::test

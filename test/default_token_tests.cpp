@@ -12,6 +12,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "connected_pair.hpp"
@@ -21,7 +23,7 @@
 namespace coverbs::test {
 
 /// Boost's echo_server_with_default, ported by its type names: no operation names a token.
-/// The acceptor yields the defaulted socket type; its peer-endpoint form reports the client;
+/// The acceptor yields the defaulted socket type; its peer-endpoint forms report the client;
 /// asio::async_read/async_write, messages and coverbs::async_connect take the default too;
 /// as_tuple's default reports a refused connect as a value.
 void default_token_types(transport kind) {
@@ -30,6 +32,7 @@ void default_token_types(transport kind) {
   using tcp_socket = asio::use_awaitable_t<>::as_default_on_t<socket>;
   using tuple_socket = asio::as_tuple_t<asio::use_awaitable_t<>>::as_default_on_t<socket>;
   static_assert(std::is_same_v<tcp_acceptor::socket_type, tcp_socket>);
+  static_assert(std::is_same_v<decltype(std::declval<tcp_acceptor&>().accept()), tcp_socket>);
   static_assert(std::is_same_v<tcp_socket::executor_type, tcp_acceptor::executor_type>);
   static_assert(std::is_same_v<tcp_socket::rebind_executor<asio::any_io_executor>::other, socket>);
   static_assert(std::is_same_v<tcp_acceptor::rebind_executor<asio::any_io_executor>::other, acceptor>);
@@ -42,7 +45,7 @@ void default_token_types(transport kind) {
   const asio::any_io_executor executor = io.get_executor();
   tcp_acceptor listener(executor, {test_address(), 0}, options);  // as the example's
   std::string echoed, message;
-  asio::ip::tcp::endpoint seen_peer, client_local;
+  asio::ip::tcp::endpoint first_peer, first_local, seen_peer, client_local;
   std::optional<error_code> refusal;
   tcp_socket third(io, options), c3(io, options);
   bool moved_from_keeps_executor = false;
@@ -57,7 +60,7 @@ void default_token_types(transport kind) {
     }
   };
   const auto server = [&]() -> asio::awaitable<void> {
-    auto first = co_await listener.async_accept();
+    auto first = co_await listener.async_accept(first_peer);
     static_assert(std::is_same_v<decltype(first), tcp_socket>);
     asio::co_spawn(executor, echo(std::move(first)), asio::detached);
     moved_from_keeps_executor = first.get_executor() == executor;  // Asio's do too
@@ -72,6 +75,7 @@ void default_token_types(transport kind) {
   const auto client = [&]() -> asio::awaitable<void> {
     tcp_socket c(co_await asio::this_coro::executor, options);
     co_await c.async_connect(listener.local_endpoint());
+    first_local = c.local_endpoint();
     co_await asio::async_write(c, asio::buffer("hello default", 13));
     echoed.assign(13, '\0');
     co_await asio::async_read(c, asio::buffer(echoed));
@@ -103,6 +107,7 @@ void default_token_types(transport kind) {
   BOOST_TEST(message == "a message");
   BOOST_REQUIRE(refusal.has_value());
   BOOST_TEST((*refusal == asio::error::connection_refused), refusal->message());
+  BOOST_TEST(first_peer == first_local);
   BOOST_TEST(seen_peer == client_local);
   BOOST_TEST(seen_peer.port() != 0);
   BOOST_TEST(third.is_open());

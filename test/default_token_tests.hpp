@@ -8,7 +8,7 @@
 namespace coverbs::test {
 
 /// Boost's echo_server_with_default, ported by its type names: no operation names a token.
-/// The acceptor yields the defaulted socket type; its peer-endpoint form reports the client;
+/// The acceptor yields the defaulted socket type; its peer-endpoint forms report the client;
 /// asio::async_read/async_write, messages and coverbs::async_connect take the default too;
 /// as_tuple's default reports a refused connect as a value.
 void default_token_types(transport kind);

@@ -286,6 +286,17 @@ void acceptor_set_up_step_by_step(transport kind) {
   server.set_option(acceptor::reuse_address(true));
   server.set_option(asio::socket_base::keep_alive(true), ec);
   BOOST_TEST((kind == transport::rdma ? ec == asio::error::operation_not_supported : !ec), ec.message());
+  acceptor::reuse_address reuse(false);
+  server.get_option(reuse);
+  BOOST_TEST(reuse.value());
+  asio::socket_base::keep_alive alive(false);
+  server.get_option(alive, ec);
+  BOOST_TEST((kind == transport::rdma ? ec == asio::error::operation_not_supported : !ec && alive.value()),
+             ec.message());
+  server.set_option(tcp::no_delay(true));  // RDMA alone takes it too, changing nothing
+  tcp::no_delay no_delay(false);
+  server.get_option(no_delay);
+  BOOST_TEST(no_delay.value());
   server.bind(tcp::endpoint(test_address(), 0));
   server.listen();
   const tcp::endpoint bound = server.local_endpoint();
@@ -300,23 +311,43 @@ void acceptor_set_up_step_by_step(transport kind) {
   // Moved from, an acceptor is closed and can be opened again on the same executor.
   acceptor moved = std::move(server);
   BOOST_TEST(!server.is_open());
+  server.get_option(reuse, ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
   server.open(tcp::v4());
   server.bind(tcp::endpoint(test_address(), 0));
   server.close();
+  // Before bind(), the family's any address and port 0; listen() binds there, to a port the
+  // system picks, as listen(2) does.
+  acceptor v6(io, {.kind = kind});
+  v6.open(tcp::v6());
+  BOOST_TEST((v6.local_endpoint() == tcp::endpoint(tcp::v6(), 0)));
+  acceptor unbound(io, {.kind = kind});
+  unbound.open(tcp::v4());
+  unbound.listen();
+  const tcp::endpoint picked = unbound.local_endpoint();
+  BOOST_TEST(picked.address().is_unspecified());
+  BOOST_TEST(picked.port() != 0);
 
   asio::co_spawn(io, echo::server(moved, 1), asio::detached);
-  socket client(io, {.kind = kind});
-  std::optional<std::string> replies;
-  asio::co_spawn(io, echo::client(client, bound, {"step", "by step"}),
-                 [&](std::exception_ptr e, std::string r) {
-                   if (e) std::rethrow_exception(e);
-                   replies = std::move(r);
-                   io.stop();
-                 });
-  io.run_for(std::chrono::seconds(30));
+  asio::co_spawn(io, echo::server(unbound, 1), asio::detached);
+  socket client(io, {.kind = kind}), second(io, {.kind = kind});
+  std::optional<std::string> replies, second_replies;
+  const auto keep = [&](std::optional<std::string>& into) {
+    return [&](std::exception_ptr e, std::string r) {
+      if (e) std::rethrow_exception(e);
+      into = std::move(r);
+    };
+  };
+  asio::co_spawn(io, echo::client(client, bound, {"step", "by step"}), keep(replies));
+  asio::co_spawn(io, echo::client(second, tcp::endpoint(test_address(), picked.port()), {"unbound"}),
+                 keep(second_replies));
+  run_until(io, [&] { return replies && second_replies; });
   BOOST_REQUIRE(replies.has_value());
+  BOOST_REQUIRE(second_replies.has_value());
   BOOST_TEST(*replies == "step\nby step\n");
+  BOOST_TEST(*second_replies == "unbound\n");
   BOOST_TEST((client.transport_in_use() == kind));
+  BOOST_TEST((second.transport_in_use() == kind));
 }
 
 /// Nobody listens: the connect fails with connection_refused, promptly.

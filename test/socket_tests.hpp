@@ -48,7 +48,10 @@ void asio_names_and_overloads(transport kind);
 void available_bytes(transport kind);
 
 /// An acceptor set up step by step, as Asio servers often do (open, set_option, bind,
-/// listen), then serving the echo program; each step's errors as on tcp::acceptor.
+/// listen), then serving the echo program; each step's errors as on tcp::acceptor. Options
+/// read back (over RDMA alone reuse_address reads true, keep_alive is refused); before bind()
+/// the endpoint is the family's any address and port 0, and listen() binds to a port the
+/// system picks, which a client reaches.
 void acceptor_set_up_step_by_step(transport kind);
 
 /// Nobody listens: the connect fails with connection_refused, promptly.

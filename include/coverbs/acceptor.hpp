@@ -10,6 +10,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "coverbs/detail/socket_option.hpp"
 #include "coverbs/socket.hpp"
 
 namespace coverbs {
@@ -97,8 +98,9 @@ class acceptor : public boost::asio::socket_base {
   /// As above, with the error in `ec`.
   void open(const protocol_type& protocol, error_code& ec);
   /// Sets an option, as `tcp::acceptor::set_option`. It applies to the TCP listener; an
-  /// acceptor for RDMA alone takes `reuse_address` (rdma_cm's ports are free again at once)
-  /// and fails other options with `operation_not_supported`. `bad_descriptor` when not open.
+  /// acceptor for RDMA alone takes `reuse_address` and `tcp::no_delay`, which change nothing
+  /// (rdma_cm's ports are free again at once; RDMA never holds a send back), and fails other
+  /// options with `operation_not_supported`. `bad_descriptor` when not open.
   template <class SettableSocketOption>
   void set_option(const SettableSocketOption& option) {
     error_code ec;
@@ -108,12 +110,23 @@ class acceptor : public boost::asio::socket_base {
   /// As above, with the error in `ec`.
   template <class SettableSocketOption>
   void set_option(const SettableSocketOption& option, error_code& ec) {
-    const protocol_type protocol = protocol_type::v4();  // levels and names are the same for v6
-    if (auto* tcp = tcp_listener(ec)) {
-      tcp->set_option(option, ec);
-    } else if (!ec) {
-      ec = rdma_option(option.level(protocol), option.name(protocol));
-    }
+    auto* tcp = tcp_listener(ec);
+    if (!ec) detail::set_option_on(tcp, option, ec);
+  }
+  /// Reads an option, as `tcp::acceptor::get_option`: the TCP listener's value; for RDMA alone
+  /// `reuse_address` and `tcp::no_delay` read as on, and other options fail with
+  /// `operation_not_supported`. `bad_descriptor` when not open.
+  template <class GettableSocketOption>
+  void get_option(GettableSocketOption& option) const {
+    error_code ec;
+    get_option(option, ec);
+    detail::throw_if(ec, "get_option");
+  }
+  /// As above, with the error in `ec`.
+  template <class GettableSocketOption>
+  void get_option(GettableSocketOption& option, error_code& ec) const {
+    const auto* tcp = tcp_listener(ec);
+    if (!ec) detail::get_option_from(tcp, option, ec);
   }
   /// Binds to `endpoint` (port 0: the system picks one; with `transport::automatic` rdma_cm
   /// then takes the same port number, or the acceptor serves TCP alone).
@@ -121,14 +134,15 @@ class acceptor : public boost::asio::socket_base {
   /// As above, with the error in `ec`.
   void bind(const endpoint_type& endpoint, error_code& ec);
   /// Starts listening; connections wait, up to `backlog` (capped by the system), for
-  /// `async_accept`, which fails with `invalid_argument` before this.
+  /// `async_accept`, which fails with `invalid_argument` before this. Not bound yet, it binds
+  /// first to the any address of open()'s family and a port the system picks, as listen(2).
   void listen(int backlog = max_listen_connections);
   /// As above, with the error in `ec`.
   void listen(int backlog, error_code& ec);
   /// True from `open` (or a constructor given an endpoint) until closed.
   bool is_open() const noexcept { return impl_ != nullptr; }
-  /// The bound address and port (the TCP listener's, where there is one); throws
-  /// `bad_descriptor` when not open.
+  /// The bound address and port (the TCP listener's, where there is one); before bind(), the
+  /// any address of open()'s family and port 0. Throws `bad_descriptor` when not open.
   endpoint_type local_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type local_endpoint(error_code& ec) const;
@@ -181,6 +195,33 @@ class acceptor : public boost::asio::socket_base {
   auto async_accept(ExecutionContext& context, CompletionToken&& token = detail::default_socket_token()) {
     return async_accept(context.get_executor(), std::forward<CompletionToken>(token));
   }
+  /// As the forms above, and stores the client's address and port in `peer_endpoint` (which
+  /// must outlive the operation).
+  template <boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
+                detail::default_socket_token>
+  auto async_accept(endpoint_type& peer_endpoint, CompletionToken&& token = detail::default_socket_token()) {
+    return initiate_accept<void(error_code, socket)>(executor_, new_socket{options_, &peer_endpoint},
+                                                     std::forward<CompletionToken>(token));
+  }
+  /// As above, the socket's executor being `executor`.
+  template <class Executor,
+            boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
+                detail::default_socket_token,
+            std::enable_if_t<detail::is_io_executor<Executor>, int> = 0>
+  auto async_accept(const Executor& executor, endpoint_type& peer_endpoint,
+                    CompletionToken&& token = detail::default_socket_token()) {
+    return initiate_accept<void(error_code, socket)>(
+        executor_type(executor), new_socket{options_, &peer_endpoint}, std::forward<CompletionToken>(token));
+  }
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext,
+            boost::asio::completion_token_for<void(error_code, socket)> CompletionToken =
+                detail::default_socket_token,
+            std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  auto async_accept(ExecutionContext& context, endpoint_type& peer_endpoint,
+                    CompletionToken&& token = detail::default_socket_token()) {
+    return async_accept(context.get_executor(), peer_endpoint, std::forward<CompletionToken>(token));
+  }
   /// The next connection into `peer`, on `peer`'s executor (as above): `void(error_code)`.
   /// `peer` is closed first.
   template <class CompletionToken = detail::default_socket_token>
@@ -197,14 +238,37 @@ class acceptor : public boost::asio::socket_base {
                                              std::forward<CompletionToken>(token));
   }
 
+  /// The next connection, as async_accept takes it, blocking as socket::connect() does: the
+  /// acceptor's io_context runs on the calling thread meanwhile (beside any threads that run
+  /// it), and inside one of its handlers the call fails with `would_block`. Throws
+  /// boost::system::system_error.
+  socket accept();
+  /// As above, reporting failure through `ec` (the socket returned is then closed).
+  socket accept(error_code& ec);
+  /// As above, and stores the client's address and port in `peer_endpoint`.
+  socket accept(endpoint_type& peer_endpoint);
+  /// As above, reporting failure through `ec`.
+  socket accept(endpoint_type& peer_endpoint, error_code& ec);
+  /// The next connection into `peer` (closed first), blocking as above. Where `peer` belongs
+  /// to another context, a thread must run that one, as for async_accept onto it.
+  void accept(socket& peer);
+  /// As above, reporting failure through `ec`.
+  void accept(socket& peer, error_code& ec);
+  /// As above, and stores the client's address and port in `peer_endpoint`.
+  void accept(socket& peer, endpoint_type& peer_endpoint);
+  /// As above, reporting failure through `ec`.
+  void accept(socket& peer, endpoint_type& peer_endpoint, error_code& ec);
+
  private:
   // How an accept hands its connection to its handler: as a new socket ...
   struct new_socket {
     socket_options options;
+    endpoint_type* peer_endpoint = nullptr;
     void start() const noexcept {}
     template <class Handler>
     auto operator()(Handler&& handler, const executor_type& socket_executor, error_code ec,
                     detail::connection c) const {
+      if (!ec && peer_endpoint != nullptr) *peer_endpoint = c.remote;
       socket s(socket_executor, options);
       if (!ec) s.attach(std::move(c.stream), c.kind, c.local, c.remote);
       return boost::asio::append(std::forward<Handler>(handler), ec, std::move(s));
@@ -258,8 +322,6 @@ class acceptor : public boost::asio::socket_base {
   std::uint64_t start_accept(detail::accept_handler handler, const executor_type& socket_executor);
   // The TCP listener; null without one, and with `bad_descriptor` in `ec` when not open.
   boost::asio::ip::tcp::acceptor* tcp_listener(error_code& ec) const;
-  // An RDMA-only acceptor's answer to an option.
-  static error_code rdma_option(int level, int name);
 
   executor_type executor_;
   socket_options options_;

@@ -64,18 +64,13 @@ class rebound_acceptor : public acceptor {
   template <boost::asio::completion_token_for<void(error_code, socket_type)> Token =
                 boost::asio::default_completion_token_t<Executor>>
   auto async_accept(Token&& token = Token()) {
-    return boost::asio::async_initiate<Token, void(error_code, socket_type)>(
-        [](auto handler, rebound_acceptor* self) {
-          // The plain accept hands over on the handler's executor, which stays the handler's,
-          // and listens to the handler's cancellation slot.
-          auto ex = boost::asio::get_associated_executor(handler, self->acceptor::get_executor());
-          auto slot = boost::asio::get_associated_cancellation_slot(handler);
-          self->acceptor::async_accept(boost::asio::bind_cancellation_slot(
-              slot, boost::asio::bind_executor(ex, [h = std::move(handler)](error_code ec, socket s) mutable {
-                std::move(h)(ec, socket_type(std::move(s)));
-              })));
-        },
-        token, this);
+    return accept_rebound(nullptr, std::forward<Token>(token));
+  }
+  /// As `acceptor::async_accept(peer_endpoint)`, as a `socket_type`.
+  template <boost::asio::completion_token_for<void(error_code, socket_type)> Token =
+                boost::asio::default_completion_token_t<Executor>>
+  auto async_accept(endpoint_type& peer_endpoint, Token&& token = Token()) {
+    return accept_rebound(&peer_endpoint, std::forward<Token>(token));
   }
   /// As `acceptor::async_accept(executor)`: `void(error_code, coverbs::socket)`, the socket's
   /// executor being `executor`.
@@ -90,6 +85,18 @@ class rebound_acceptor : public acceptor {
   auto async_accept(ExecutionContext& context, Token&& token = Token()) {
     return acceptor::async_accept(context, std::forward<Token>(token));
   }
+  /// As `acceptor::async_accept(executor, peer_endpoint)`.
+  template <class OtherExecutor, class Token = boost::asio::default_completion_token_t<Executor>,
+            std::enable_if_t<detail::is_io_executor<OtherExecutor>, int> = 0>
+  auto async_accept(const OtherExecutor& executor, endpoint_type& peer_endpoint, Token&& token = Token()) {
+    return acceptor::async_accept(executor, peer_endpoint, std::forward<Token>(token));
+  }
+  /// As `acceptor::async_accept(context, peer_endpoint)`.
+  template <class ExecutionContext, class Token = boost::asio::default_completion_token_t<Executor>,
+            std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  auto async_accept(ExecutionContext& context, endpoint_type& peer_endpoint, Token&& token = Token()) {
+    return acceptor::async_accept(context, peer_endpoint, std::forward<Token>(token));
+  }
   /// As `acceptor::async_accept(peer)`.
   template <class Token = boost::asio::default_completion_token_t<Executor>>
   auto async_accept(socket& peer, Token&& token = Token()) {
@@ -99,6 +106,42 @@ class rebound_acceptor : public acceptor {
   template <class Token = boost::asio::default_completion_token_t<Executor>>
   auto async_accept(socket& peer, endpoint_type& peer_endpoint, Token&& token = Token()) {
     return acceptor::async_accept(peer, peer_endpoint, std::forward<Token>(token));
+  }
+
+  // The blocking accepts into a socket, as acceptor's; those below yield a socket_type.
+  using acceptor::accept;
+  /// As `acceptor::accept()`, as a `socket_type`.
+  socket_type accept() { return socket_type(acceptor::accept()); }
+  /// As `acceptor::accept(ec)`, as a `socket_type`.
+  socket_type accept(error_code& ec) { return socket_type(acceptor::accept(ec)); }
+  /// As `acceptor::accept(peer_endpoint)`, as a `socket_type`.
+  socket_type accept(endpoint_type& peer_endpoint) { return socket_type(acceptor::accept(peer_endpoint)); }
+  /// As `acceptor::accept(peer_endpoint, ec)`, as a `socket_type`.
+  socket_type accept(endpoint_type& peer_endpoint, error_code& ec) {
+    return socket_type(acceptor::accept(peer_endpoint, ec));
+  }
+
+ private:
+  // The accepts that yield a socket_type, `peer_endpoint` null where not asked for.
+  template <class Token>
+  auto accept_rebound(endpoint_type* peer_endpoint, Token&& token) {
+    return boost::asio::async_initiate<Token, void(error_code, socket_type)>(
+        [](auto handler, rebound_acceptor* self, endpoint_type* peer_endpoint) {
+          // The plain accept hands over on the handler's executor, which stays the handler's,
+          // and listens to the handler's cancellation slot.
+          auto ex = boost::asio::get_associated_executor(handler, self->acceptor::get_executor());
+          auto slot = boost::asio::get_associated_cancellation_slot(handler);
+          auto done = boost::asio::bind_cancellation_slot(
+              slot, boost::asio::bind_executor(ex, [h = std::move(handler)](error_code ec, socket s) mutable {
+                std::move(h)(ec, socket_type(std::move(s)));
+              }));
+          if (peer_endpoint != nullptr) {
+            self->acceptor::async_accept(*peer_endpoint, std::move(done));
+          } else {
+            self->acceptor::async_accept(std::move(done));
+          }
+        },
+        token, this, peer_endpoint);
   }
 };
 

@@ -75,6 +75,9 @@ BOOST_AUTO_TEST_CASE(blocking_calls_on_a_thread_pool) {
 BOOST_AUTO_TEST_CASE(blocking_calls_meet_throwing_handlers) {
   test::blocking_calls_meet_throwing_handlers(transport::rdma);
 }
+BOOST_AUTO_TEST_CASE(blocking_server) {
+  test::blocking_server(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::rdma);
 }

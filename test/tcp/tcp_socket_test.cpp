@@ -76,6 +76,9 @@ BOOST_AUTO_TEST_CASE(blocking_calls_on_a_thread_pool) {
 BOOST_AUTO_TEST_CASE(blocking_calls_meet_throwing_handlers) {
   test::blocking_calls_meet_throwing_handlers(transport::tcp);
 }
+BOOST_AUTO_TEST_CASE(blocking_server) {
+  test::blocking_server(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(accept_onto_executor) {
   test::accept_onto_executor(transport::tcp);
 }
