@@ -32,7 +32,8 @@ void set_option_on(TcpObject* tcp, const SettableSocketOption& option, error_cod
     tcp->set_option(option, ec);
     return;
   }
-  const auto protocol = boost::asio::ip::tcp::v4();  // levels and names are the same for v6
+  // The options RDMA answers have the same level and name in both families.
+  const auto protocol = boost::asio::ip::tcp::v4();
   ec = rdma_option(option.level(protocol), option.name(protocol), nullptr, nullptr);
 }
 
