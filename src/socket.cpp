@@ -185,7 +185,7 @@ detail::connect_setup socket::setup() const {
 }
 
 void socket::non_blocking(bool mode, error_code& ec) {
-  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = closed_error();
   if (!ec) non_blocking_ = mode;
 }
 
@@ -251,7 +251,7 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what) {
 }
 
 void socket::cancel(error_code& ec) {
-  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = closed_error();
   // A connect holds no connection yet (it closed the last one first). The signal is copied:
   // should the connect end inside emit(), its handler drops the socket's.
   if (auto signal = connecting_) {
@@ -271,7 +271,7 @@ socket::endpoint_type socket::local_endpoint(error_code& ec) const {
   ec = {};
   if (impl_) return local_;
   if (bound_) return *bound_;
-  if (opened_) return endpoint_type(*opened_, 0);
+  if (const auto family = chosen_family()) return endpoint_type(*family, 0);
   ec = boost::asio::error::bad_descriptor;
   return endpoint_type();
 }
@@ -284,7 +284,7 @@ socket::endpoint_type socket::local_endpoint() const {
 }
 
 std::size_t socket::available(error_code& ec) const {
-  ec = has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  ec = closed_error();
   if (!impl_) return 0;
   impl_->want_input();  // so that a later call sees what has arrived meanwhile
   return impl_->available();

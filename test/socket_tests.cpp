@@ -516,7 +516,7 @@ void options_before_connecting(transport kind) {
   using tcp = asio::ip::tcp;
   asio::io_context io;
   acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
-  const int connections = kind == transport::tcp ? 3 : 2;
+  const int connections = kind == transport::tcp ? 4 : 3;
   std::vector<socket> accepted;
   asio::co_spawn(
       io,
@@ -595,6 +595,25 @@ void options_before_connecting(transport kind) {
   s.get_option(delay);
   BOOST_TEST(delay.value());
   s.close();
+
+  // A connect without open() or bind() has the peer's family meanwhile, as tcp::socket's
+  // async_connect opens one; a failed connect leaves the socket closed again.
+  connected.reset();
+  s.async_connect(serving, [&](error_code e) { connected = e; });
+  BOOST_TEST(s.local_endpoint() == tcp::endpoint(serving.protocol(), 0));
+  s.get_option(delay);
+  BOOST_TEST(delay.value());
+  run_until(io, [&] { return connected.has_value(); });
+  BOOST_TEST_REQUIRE((connected == error_code()), connected.value_or(asio::error::would_block).message());
+  BOOST_TEST(s.local_endpoint().port() != 0);
+  s.close();
+  connected.reset();
+  s.async_connect(tcp::endpoint(serving.address(), free_port_except(io, {serving.port()})),
+                  [&](error_code e) { connected = e; });
+  run_until(io, [&] { return connected.has_value(); });
+  BOOST_TEST((connected.has_value() && connected != error_code()));
+  s.local_endpoint(ec);
+  BOOST_TEST((ec == asio::error::bad_descriptor), ec.message());
 
   if (kind == transport::tcp) {
     // automatic: refused where RDMA would refuse it, even if TCP is what connects; what is

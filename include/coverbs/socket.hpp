@@ -172,9 +172,9 @@ class socket : public boost::asio::socket_base {
   /// As above, with `bad_descriptor` in `ec` unless open()ed, bound, connecting or connected.
   void cancel(error_code& ec);
   /// The local address and port. Between open() (or bind()) and connect: what bind() was
-  /// given, else the family's any address and port 0; unlike `tcp::socket`, a bind to port 0
-  /// reads port 0 until the connect picks one. Throws `bad_descriptor` unless open()ed, bound
-  /// or connected.
+  /// given, else the family's any address and port 0 (the peer's family during a connect
+  /// without either); unlike `tcp::socket`, a bind to port 0 reads port 0 until the connect
+  /// picks one. Throws `bad_descriptor` unless open()ed, bound, connecting or connected.
   endpoint_type local_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type local_endpoint(error_code& ec) const;
@@ -256,7 +256,9 @@ class socket : public boost::asio::socket_base {
   /// throw `operation_not_supported`. Between open() (or bind()) and connect: RDMA's answers,
   /// or over TCP (and under `automatic`, for the options RDMA takes) what `tcp::socket` would
   /// read before connecting: what set_option kept, else the kernel's default, with `no_delay`
-  /// on as the library sets it. Throws `bad_descriptor` unless open()ed, bound or connected.
+  /// on as the library sets it; the same during a connect (of the peer's family where neither
+  /// open() nor bind() chose one). Throws `bad_descriptor` unless open()ed, bound, connecting or
+  /// connected.
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option) const {
     error_code ec;
@@ -267,9 +269,9 @@ class socket : public boost::asio::socket_base {
   template <class GettableSocketOption>
   void get_option(GettableSocketOption& option, error_code& ec) const {
     if (const auto family = chosen_family(); family && !impl_) {
-      std::size_t size = option.size(*family);
-      ec = kept_option(option.level(*family), option.name(*family), option.data(*family), size);
-      if (!ec) option.resize(*family, size);
+      ec = detail::read_option(option, *family, [this](int level, int name, void* value, std::size_t& size) {
+        return kept_option(level, name, value, size);
+      });
       return;
     }
     const auto* tcp = tcp_socket(ec);
@@ -290,6 +292,7 @@ class socket : public boost::asio::socket_base {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, const endpoint_type& peer) {
           self->close_connection();
+          self->remote_ = peer;  // the family a socket neither open()ed nor bound has meanwhile
           // The attempt listens to a signal of the socket's, which close() and the handler's
           // own slot (where it has one) both raise.
           auto signal = std::make_shared<boost::asio::cancellation_signal>();
@@ -627,13 +630,20 @@ class socket : public boost::asio::socket_base {
   boost::asio::ip::tcp::socket tcp_probe(error_code& ec) const;
   // The family open() or bind() chose; none before either (or after close()).
   std::optional<protocol_type> chosen_family() const {
-    return opened_ ? opened_ : bound_ ? std::optional(bound_->protocol()) : std::nullopt;
+    if (opened_) return opened_;
+    if (bound_) return bound_->protocol();
+    if (connecting_) return remote_.protocol();  // as tcp::socket's async_connect opens it
+    return std::nullopt;
   }
   // What open(), bind() and set_option() said, for the connect.
   detail::connect_setup setup() const;
 
   // Whether tcp::socket would hold a descriptor: connected, connecting, open()ed or bound.
   bool has_descriptor() const noexcept { return impl_ || connecting_ || opened_ || bound_; }
+  // What calls that need only a descriptor say: none when closed, as `tcp::socket`'s.
+  error_code closed_error() const noexcept {
+    return has_descriptor() ? error_code() : error_code(boost::asio::error::bad_descriptor);
+  }
   // Why an operation that needs a connection cannot start: `not_connected` once open()ed,
   // bound or connecting (POSIX's ENOTCONN), `bad_descriptor` when closed.
   error_code unconnected() const noexcept {

@@ -25,6 +25,16 @@ error_code set_raw_option(int fd, int level, int name, const void* value, std::s
 /// `operation_not_supported`.
 error_code rdma_option(int level, int name, void* value, std::size_t* size);
 
+/// Reads `option` for `protocol` through `read(level, name, value, size)`, which answers as
+/// getsockopt(2) does: `size` in, the size read out (the option takes it).
+template <class GettableSocketOption, class RawRead>
+error_code read_option(GettableSocketOption& option, const boost::asio::ip::tcp& protocol, RawRead read) {
+  std::size_t size = option.size(protocol);
+  error_code ec = read(option.level(protocol), option.name(protocol), option.data(protocol), size);
+  if (!ec) option.resize(protocol, size);
+  return ec;
+}
+
 /// Sets `option` on `tcp` (a TCP socket or acceptor), or where that is null gives RDMA's answer.
 template <class TcpObject, class SettableSocketOption>
 void set_option_on(TcpObject* tcp, const SettableSocketOption& option, error_code& ec) {
@@ -44,10 +54,10 @@ void get_option_from(const TcpObject* tcp, GettableSocketOption& option, error_c
     tcp->get_option(option, ec);
     return;
   }
-  const auto protocol = boost::asio::ip::tcp::v4();
-  std::size_t size = option.size(protocol);
-  ec = rdma_option(option.level(protocol), option.name(protocol), option.data(protocol), &size);
-  if (!ec) option.resize(protocol, size);
+  ec = read_option(option, boost::asio::ip::tcp::v4(),
+                   [](int level, int name, void* value, std::size_t& size) {
+                     return rdma_option(level, name, value, &size);
+                   });
 }
 
 }  // namespace coverbs::detail
