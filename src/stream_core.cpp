@@ -342,6 +342,7 @@ void stream_core::receive_immediate(immediate_handler handler) {
   if (!immediates_.empty()) {
     const std::uint32_t value = immediates_.front();
     immediates_.pop_front();
+    immediate_taken();
     return finish({}, value);
   }
   if (failure_ || end_of_stream_) return finish(read_error(), 0);

@@ -26,6 +26,20 @@ constexpr std::size_t whole_inbox = std::numeric_limits<std::size_t>::max();  //
 // consumed. Smaller ones are copied into a slot of their own size, so that a reader that
 // leaves many tiny messages unread holds the peer back by their bytes, not by 16 KiB each.
 constexpr std::size_t min_inbox_segment = 2 * 1024;
+// What a held slot counts at least: keeping it costs memory of its own (the slot, the segment's
+// place in a queue), so that a peer cannot make an unread stream of empty or one-byte frames
+// grow without bound.
+constexpr std::size_t min_held_cost = 256;
+std::size_t held_cost(std::size_t slot_size) {
+  return std::max(slot_size, min_held_cost);
+}
+// Responses this side can have queued while the peer keeps to its window of unanswered
+// requests: those not yet written (fewer than the window) and those written in a gathered
+// write that is still under way. Only a peer that ignores the window queues more.
+// Immediates of the peer's writes held for the application before reading pauses, as for
+// bytes: each is a frame the peer may send as often as it likes.
+constexpr std::size_t max_held_immediates = 1u << 16;
+constexpr std::size_t max_queued_responses = tcp_stream::max_unanswered + tcp_stream::max_gathered_frames;
 // Non-blocking reads done inside read_frames before it goes back to the scheduler: handlers it
 // completes start the next read at once, which a peer writing faster than they read would keep
 // fed for ever, starving every other handler of the context (timers, other connections).
@@ -80,9 +94,12 @@ void tcp_stream::start() {
 // bring a burst of hundreds of small frames.
 void tcp_stream::read_frames() {
   while (!closed_ && !broken_ && !reading_) {
-    // A peer that runs ahead of the application, or that does not read its responses, is held
-    // back by TCP flow control once we stop reading.
-    if (held_bytes_ >= max_held_bytes || responses_queued_ >= max_unanswered) {
+    // A peer that runs ahead of the application, or that asks more than its window and does
+    // not read the answers, is held back by TCP flow control once we stop reading. A peer
+    // within its window never is: it may be waiting for us to take its bytes before it can
+    // take our answers.
+    if (held_bytes_ >= max_held_bytes || immediates_held() >= max_held_immediates ||
+        responses_queued_ >= max_queued_responses) {
       read_paused_ = true;
       return;
     }
@@ -155,6 +172,10 @@ void tcp_stream::resume_reading() {
   if (!read_paused_) return;
   read_paused_ = false;
   read_frames_later();
+}
+
+void tcp_stream::immediate_taken() {
+  resume_reading();
 }
 
 void tcp_stream::read_frames_later() {
@@ -608,7 +629,7 @@ void tcp_stream::on_hello() {
 void tcp_stream::on_stream_frame() {
   const segment s = payload_segment_;
   // A slot counts against max_held_bytes whole, from its first segment to its last release.
-  if (slot_users_[s.tag]++ == 0) held_bytes_ += slots_[s.tag].size();
+  if (slot_users_[s.tag]++ == 0) held_bytes_ += held_cost(slots_[s.tag].size());
   if (header_.type == frame_type::data) {
     deliver_bytes(s);
   } else {
@@ -660,7 +681,7 @@ std::span<std::byte> tcp_stream::writable_inbox() {
 
 void tcp_stream::release(std::uint32_t tag) {
   if (--slot_users_[tag] > 0) return;
-  held_bytes_ -= slots_[tag].size();
+  held_bytes_ -= held_cost(slots_[tag].size());
   if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
   resume_reading();
 }
@@ -702,8 +723,7 @@ void tcp_stream::protocol_error() { fail(malformed(), malformed(), malformed(), 
 // when an RC requester's peer stops answering.
 void tcp_stream::connection_lost(error_code ec) {
   if (connecting_ && limit_ == 0) ec = error::connection_refused;  // see the constructor
-  const error_code timed_out = make_error_code(wc_errc::retry_exceeded);
-  fail(ec, timed_out, timed_out, frame_status::ok);
+  fail(ec, make_error_code(wc_errc::retry_exceeded), flushed(), frame_status::ok);
 }
 
 // The context is shutting down: nothing runs any more, so nothing new may start either.

@@ -172,12 +172,20 @@ void tcp_stream::on_response() {
     value = header_.compare_add;
     std::memcpy(op.request.local.data, &value, sizeof value);
   }
-  if (++op.answered < op.frames) return send_requests();
+  if (++op.answered < op.frames) return requests_sent_on();
   one_sided_op done = std::move(operations_.front());
   operations_.pop_front();
   --next_to_send_;
-  send_requests();
+  requests_sent_on();
   finish(done, {}, value, false);
+}
+
+// A response opened the window: more requests go out, and once all are out, the stream bytes
+// and messages that waited behind them (takes_payload).
+void tcp_stream::requests_sent_on() {
+  const bool held_payload = next_to_send_ < operations_.size();
+  send_requests();
+  if (held_payload && next_to_send_ == operations_.size()) capacity_available();
 }
 
 void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {

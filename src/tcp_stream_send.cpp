@@ -147,8 +147,12 @@ void tcp_stream::on_written(error_code ec) {
   capacity_available();
 }
 
+// Stream bytes and messages wait while one-sided requests started before them do: an RC queue
+// pair's SEND reaches the peer after the WRITEs posted before it, which a peer that reads the
+// written memory once the message arrives relies on.
 bool tcp_stream::takes_payload() const noexcept {
-  return limit_ > 0 && !stream_ended_ && !broken_ && outgoing_bytes_ < max_outgoing_bytes;
+  return limit_ > 0 && !stream_ended_ && !broken_ && outgoing_bytes_ < max_outgoing_bytes &&
+         next_to_send_ == operations_.size();
 }
 
 std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {

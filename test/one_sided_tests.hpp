@@ -276,6 +276,71 @@ inline void operations_pipeline_both_ways(asio::io_context& io, socket& a, socke
   BOOST_TEST((imm_a.value == 77u && !imm_a.ec));
 }
 
+/// Both sides stream more to each other than the connection's buffers hold while they read
+/// each other's memory: neither may stop taking the other's bytes until its own answers are out
+/// (over TCP, a side whose answers queued behind its stream write stopped reading, and two such
+/// peers waited for each other).
+inline void reads_beside_streams_both_ways(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t streamed = 16u << 20, chunk = 1u << 20, reads = 24, size = chunk * reads;
+  guarded_region at_a(a, size, all_remote_rights), at_b(b, size, all_remote_rights);
+  const auto data_a = random_bytes(size, 31), data_b = random_bytes(size, 37);
+  std::copy(data_a.begin(), data_a.end(), at_a.region().begin());
+  std::copy(data_b.begin(), data_b.end(), at_b.region().begin());
+  local_memory into_a(a, size), into_b(b, size);
+  const auto out_a = random_bytes(streamed, 41), out_b = random_bytes(streamed, 43);
+  std::vector<std::byte> in_a(streamed), in_b(streamed);
+  std::vector<outcome> done(4 + 2 * reads);
+  asio::async_write(a, asio::buffer(out_a), record(done[0]));
+  asio::async_write(b, asio::buffer(out_b), record(done[1]));
+  for (std::size_t i = 0; i < reads; ++i) {
+    a.async_read(into_a.slice(i * chunk, chunk), at_b.remote(i * chunk, chunk), record(done[4 + i]));
+    b.async_read(into_b.slice(i * chunk, chunk), at_a.remote(i * chunk, chunk), record(done[4 + reads + i]));
+  }
+  asio::async_read(a, asio::buffer(in_a), record(done[2]));
+  asio::async_read(b, asio::buffer(in_b), record(done[3]));
+  run_until_done(
+      io, [&] { return all_done(done); }, std::chrono::seconds(120));
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    const std::uint64_t expected = i < 4 ? streamed : chunk;
+    BOOST_TEST((!done[i].ec && done[i].value == expected),
+               i << ": " << done[i].ec.message() << ", " << done[i].value);
+  }
+  BOOST_TEST((in_a == out_b));
+  BOOST_TEST((in_b == out_a));
+  BOOST_TEST(std::equal(data_b.begin(), data_b.end(), into_a.bytes.begin()));
+  BOOST_TEST(std::equal(data_a.begin(), data_a.end(), into_b.bytes.begin()));
+}
+
+/// A message sent after many one-sided writes finds all of them in place when it arrives, as a
+/// reliable connection delivers a queue pair's requests in order (more writes than the TCP
+/// fallback keeps unanswered at once).
+inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t writes = 40;
+  guarded_region target(b, 8 * writes, all_remote_rights);
+  local_memory words(a, 8 * writes);
+  for (std::size_t i = 0; i < writes; ++i) {
+    const std::uint64_t value = 1000 + i;
+    std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
+  }
+  std::vector<outcome> wrote(writes);
+  for (std::size_t i = 0; i < writes; ++i) {
+    a.async_write(words.slice(8 * i, 8), target.remote(8 * i, 8), record(wrote[i]));
+  }
+  outcome sent, received;
+  std::size_t in_place = 0;
+  std::array<char, 8> message{};
+  b.async_receive(asio::buffer(message), [&](error_code ec, std::size_t n) {
+    received = {true, ec, n};
+    for (std::size_t i = 0; i < writes; ++i) in_place += target.word(8 * i) == 1000 + i ? 1 : 0;
+  });
+  a.async_send(asio::buffer("after", 5), record(sent));
+  run_until_done(io, [&] { return all_done(wrote) && sent.done && received.done; });
+  BOOST_TEST((!received.ec && received.value == 5u), received.ec.message());
+  BOOST_TEST(in_place == writes);
+  for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
+  BOOST_TEST(target.guards_untouched());
+}
+
 /// Ways to ask for memory the peer did not grant; each is `wc_errc::remote_access`.
 enum class violation {
   wrong_rkey,
@@ -471,38 +536,46 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
 /// Registers every body above as test cases over `Pair` (a socket-pair fixture type with io, a
 /// and b), so each transport's test file runs the same list. Refusals each get a fresh
 /// connection, since a refusal ends it.
-#define COVERBS_ONE_SIDED_TEST_CASES(Pair)                                                          \
-  BOOST_AUTO_TEST_CASE(write_then_read_back) {                                                     \
-    Pair p;                                                                                         \
-    coverbs::test::write_then_read_back(p.io, p.a, p.b);                                            \
-  }                                                                                                 \
-  BOOST_AUTO_TEST_CASE(write_with_immediate) {                                                     \
-    Pair p;                                                                                         \
-    coverbs::test::write_with_immediate_shows_the_data_first(p.io, p.a, p.b);                       \
-  }                                                                                                 \
-  BOOST_AUTO_TEST_CASE(atomics) {                                                                   \
-    Pair p;                                                                                         \
-    coverbs::test::atomics_return_the_previous_value(p.io, p.a, p.b);                               \
-  }                                                                                                 \
-  BOOST_AUTO_TEST_CASE(pipeline_both_ways) {                                                       \
-    Pair p;                                                                                         \
-    coverbs::test::operations_pipeline_both_ways(p.io, p.a, p.b);                                   \
-  }                                                                                                 \
-  BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                                            \
-    Pair p;                                                                                         \
-    coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);                               \
-  }                                                                                                 \
-  BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                                                 \
-    Pair p;                                                                                         \
-    coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                                        \
-  }                                                                                                 \
-  COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                                       \
-  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                                               \
-  COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                                            \
-  COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                                       \
-  COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                                         \
-  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)                                     \
-  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                                              \
+#define COVERBS_ONE_SIDED_TEST_CASES(Pair)                                    \
+  BOOST_AUTO_TEST_CASE(write_then_read_back) {                                \
+    Pair p;                                                                   \
+    coverbs::test::write_then_read_back(p.io, p.a, p.b);                      \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(write_with_immediate) {                                \
+    Pair p;                                                                   \
+    coverbs::test::write_with_immediate_shows_the_data_first(p.io, p.a, p.b); \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(atomics) {                                             \
+    Pair p;                                                                   \
+    coverbs::test::atomics_return_the_previous_value(p.io, p.a, p.b);         \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(pipeline_both_ways) {                                  \
+    Pair p;                                                                   \
+    coverbs::test::operations_pipeline_both_ways(p.io, p.a, p.b);             \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(reads_beside_streams_both_ways) {                      \
+    Pair p;                                                                   \
+    coverbs::test::reads_beside_streams_both_ways(p.io, p.a, p.b);            \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(message_after_many_writes) {                           \
+    Pair p;                                                                   \
+    coverbs::test::message_after_many_writes(p.io, p.a, p.b);                 \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                       \
+    Pair p;                                                                   \
+    coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);         \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                            \
+    Pair p;                                                                   \
+    coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                  \
+  }                                                                           \
+  COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                 \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                         \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                      \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                 \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                   \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)               \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                        \
   COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)
 
 #define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                       \

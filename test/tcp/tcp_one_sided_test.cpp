@@ -379,15 +379,19 @@ BOOST_AUTO_TEST_CASE(lost_connection_times_out_unanswered_requests) {
   raw_peer p;
   std::vector<std::byte> local(64);
   auto reg = p.a.register_memory(local, verbs::access::none);
-  outcome unanswered, read, later;
+  outcome unanswered, behind, read, later;
   std::array<char, 8> buf{};
   watch_stream(p, buf, read);
   p.a.async_fetch_add(reg.slice(0, 8), {.address = 64, .rkey = 9, .length = 8}, 1, record(unanswered));
+  p.a.async_fetch_add(reg.slice(8, 8), {.address = 64, .rkey = 9, .length = 8}, 2, record(behind));
   const frame f = p.receive();
   BOOST_TEST((f.h.type == frame_type::atomic_fetch_add && f.h.compare_add == 1u && f.h.rkey == 9u));
+  BOOST_TEST(p.receive().h.compare_add == 2u);  // read, so that closing sends no reset
   p.raw.close();
-  run_until_done(p.io, [&] { return unanswered.done && read.done; });
+  run_until_done(p.io, [&] { return unanswered.done && behind.done && read.done; });
+  // As on an RC queue pair: the request at the head times out, those behind it are flushed.
   BOOST_TEST((unanswered.ec == make_error_code(wc_errc::retry_exceeded)), unanswered.ec.message());
+  BOOST_TEST((behind.ec == make_error_code(wc_errc::flushed)), behind.ec.message());
   BOOST_TEST((read.ec == asio::error::eof), read.ec.message());
   p.a.async_read(reg.slice(0, 8), {.address = 64, .rkey = 9, .length = 8}, record(later));
   run_until_done(p.io, [&] { return later.done; });
@@ -559,6 +563,78 @@ BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
     BOOST_TEST_REQUIRE(f.h.request_id == id);
     BOOST_TEST_REQUIRE((f.payload == memory));
   }
+}
+
+// Writes copies of `frame` to `a` as fast as it takes them, reading (and dropping) whatever
+// `a` answers, until it stops taking them for a second or `limit` went out; returns how many
+// went out. Small socket buffers keep the kernels' share to a few thousand frames.
+namespace {
+std::size_t push_until_held_back(raw_peer& p, const std::vector<std::byte>& frame, std::size_t limit) {
+  p.a.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
+  p.raw.set_option(asio::socket_base::send_buffer_size(64 * 1024));
+  p.raw.non_blocking(true);
+  std::vector<std::byte> batch, answers(64 * 1024);
+  for (int i = 0; i < 1000; ++i) batch.insert(batch.end(), frame.begin(), frame.end());
+  std::size_t sent = 0;
+  auto progress = std::chrono::steady_clock::now();
+  while (sent < limit * frame.size() &&
+         std::chrono::steady_clock::now() - progress < std::chrono::seconds(1)) {
+    error_code ec, ignored;
+    const std::size_t at = sent % batch.size();
+    const std::size_t n = p.raw.write_some(asio::buffer(batch.data() + at, batch.size() - at), ec);
+    if (n > 0) progress = std::chrono::steady_clock::now();
+    sent += n;
+    while (p.raw.read_some(asio::buffer(answers), ignored) > 0) {
+    }
+    p.io.restart();
+    if (ec == asio::error::would_block) {
+      p.io.run_for(std::chrono::milliseconds(10));
+    } else {
+      BOOST_TEST_REQUIRE(!ec, ec.message());
+      p.io.poll();
+    }
+  }
+  return sent / frame.size();
+}
+}  // namespace
+
+// Messages the application does not take hold the peer back, empty ones too: each counts what
+// holding it costs, not its 0 bytes (they were once read for ever, growing without bound).
+BOOST_AUTO_TEST_CASE(unread_empty_messages_hold_the_peer_back) {
+  raw_peer p;
+  std::array<char, 8> buf{};
+  outcome read;
+  watch_stream(p, buf, read);             // so that `a` reads: stream bytes, which no message satisfies
+  const std::size_t unbounded = 200'000;  // frames; the bound is 16,384 and the kernels' share
+  BOOST_TEST(push_until_held_back(p, raw_peer::encode({.type = frame_type::message}), unbounded) < unbounded);
+  BOOST_TEST(!read.done);  // still healthy, only paused
+  outcome got;
+  p.a.async_receive(asio::buffer(buf), record(got));
+  run_until_done(p.io, [&] { return got.done; });
+  BOOST_TEST((!got.ec && got.value == 0u), got.ec.message());
+}
+
+// So are the immediates of the peer's writes that no one takes.
+BOOST_AUTO_TEST_CASE(untaken_immediates_hold_the_peer_back) {
+  raw_peer p;
+  std::vector<std::byte> memory(64);
+  auto reg = p.a.register_memory(memory, verbs::access::remote_write);
+  std::array<char, 8> buf{};
+  outcome read;
+  watch_stream(p, buf, read);
+  const remote_buffer r = reg.remote();
+  const auto write = raw_peer::encode({.type = frame_type::write_with_immediate,
+                                       .request_id = 1,
+                                       .remote_address = r.address,
+                                       .rkey = r.rkey,
+                                       .immediate = 7});
+  const std::size_t unbounded = 400'000;  // the bound is 65,536
+  BOOST_TEST(push_until_held_back(p, write, unbounded) < unbounded);
+  BOOST_TEST(!read.done);
+  outcome got;
+  p.a.async_receive_immediate(record(got));
+  run_until_done(p.io, [&] { return got.done; });
+  BOOST_TEST((!got.ec && got.value == 7u), got.ec.message());
 }
 
 // An empty message is a frame of its own with no payload; it must not reuse another

@@ -178,6 +178,10 @@ class stream_core : public handler_holder {
   void deliver_failure(error_code ec, bool defer = false);
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
+  /// Immediates delivered that no one has taken yet.
+  std::size_t immediates_held() const noexcept { return immediates_.size(); }
+  /// A queued immediate was taken: a transport that stopped reading for them may go on.
+  virtual void immediate_taken() {}
   bool failed() const noexcept { return failure_.has_value(); }
   /// Completes `handler` (a size_handler, value_handler or immediate_handler) with `results`:
   /// posted to the stream's executor when `defer`, else invoked here. Invoking an erased

@@ -19,8 +19,10 @@ namespace coverbs::detail {
 class tcp_stream final : public stream_core, public std::enable_shared_from_this<tcp_stream> {
  public:
   /// Request frames a requester leaves unanswered at most (the protocol's rule, like an RDMA
-  /// initiator depth); a responder holding this many unsent responses stops reading.
+  /// initiator depth).
   static constexpr std::uint32_t max_unanswered = 16;
+  /// Frames gathered into one write at most (a direct one counts as one frame).
+  static constexpr std::size_t max_gathered_frames = 32;
 
   /// Takes a connected socket; `max_message` bounds the messages this side sends. On the side
   /// that `connecting`, a connection that ends before the peer's hello was refused: operations
@@ -69,6 +71,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   };
 
   void release(std::uint32_t tag) override;
+  void immediate_taken() override;
   bool writable() const noexcept override { return takes_payload(); }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
@@ -115,6 +118,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   // Requester.
   void start_operation(one_sided_op op);
   void send_requests();
+  void requests_sent_on();
   void send_request_frame(one_sided_op& op);
   wire::frame_header request_header(const one_sided_op& op, std::uint64_t offset);
   void on_response();
@@ -203,8 +207,6 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   fifo<outgoing_frame> outgoing_;
   std::vector<std::vector<std::byte>> spare_frames_;
   std::size_t spare_bytes_ = 0;  ///< capacity held by spare_frames_
-  /// Frames gathered into one write at most (a direct one counts as one frame).
-  static constexpr std::size_t max_gathered_frames = 32;
   /// The frames being written, a direct one's payload pieces included.
   std::array<boost::asio::const_buffer, max_gathered_frames + const_buffer_list::capacity> gather_;
   std::size_t gathered_ = 0;  ///< frames in gather_
