@@ -4,6 +4,7 @@
 #include "coverbs/detail/posting_queue.hpp"
 
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <utility>
 
 #include "device_ordering.hpp"
@@ -38,6 +39,12 @@ posting_queue::~posting_queue() {
 
 void posting_queue::submit(operation* op) {
   op->owner = this;
+  if (capacity_ == 0) {
+    // A queue of depth 0 (the receive side of a QP that takes its receives from an SRQ) would
+    // keep the request waiting for ever: it is refused, as ibv_post_recv refuses it there.
+    op->post_error = EINVAL;
+    return engine_->complete_later(op);
+  }
   if (!waiting_.empty() || in_flight_ >= capacity_) {
     waiting_.push(op);
     return;
@@ -196,7 +203,7 @@ class deferred_abort {
 };
 }  // namespace
 
-void posting_queue::cancel(operation* op) {
+void posting_queue::cancel(operation* op, boost::asio::cancellation_type type) {
   if (waiting_.erase(op)) {
     op->cancelled = true;
     // Posted, not completed here: cancel() runs inside the handler's cancellation slot, which
@@ -210,6 +217,7 @@ void posting_queue::cancel(operation* op) {
   // cancel it; too late, as in Asio, and putting the QP in error would fail the connection
   // for nothing.
   if (!posted_.contains(op)) return;
+  if ((type & boost::asio::cancellation_type::terminal) == boost::asio::cancellation_type::none) return;
   op->cancelled = true;
   if (kind_ != kind::shared_receive) {
     ibv_qp_attr attr{};

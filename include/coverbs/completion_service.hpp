@@ -51,6 +51,9 @@ struct completion_options {
 /// executor: every operation on queue pairs that use `queue()` completes on that executor,
 /// in the thread running it, without hopping through other threads. The loop runs only while
 /// operations are pending, so an idle service does not keep `io_context::run` from returning.
+/// The service, its queue pairs and their operations are not thread-safe, as one Asio I/O
+/// object is not: where several threads run the io_context, give the service a strand
+/// (`make_strand(io)`) and start operations from it.
 class completion_service {
  public:
   using executor_type = boost::asio::any_io_executor;

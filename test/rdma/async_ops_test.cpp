@@ -168,6 +168,29 @@ BOOST_DATA_TEST_CASE(shared_receive_queue_feeds_two_queue_pairs, all_modes, mode
   BOOST_TEST(total == 7u);
 }
 
+BOOST_AUTO_TEST_CASE(receive_on_a_queue_pair_fed_by_an_srq_is_refused) {
+  // Its receives come from the SRQ, so its own receive queue has no room: a receive posted to
+  // it waited for ever, keeping the context running.
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  completion_service service(io.get_executor(), env.dev);
+  async_shared_receive_queue srq(service, pd);
+  async_queue_pair qp(service, pd, {.srq = &srq.native()});
+  std::vector<std::byte> mem(64);
+  verbs::memory_region mr(pd, mem, verbs::access::local_write);
+  std::optional<error_code> result;
+  async_receive(qp, mr.slice(0, 64), [&](error_code ec, std::size_t n) {
+    result = ec;
+    BOOST_TEST(n == 0u);
+  });
+  BOOST_TEST(!result.has_value());  // never inside the initiating call
+  io.run_for(std::chrono::seconds(5));
+  BOOST_TEST_REQUIRE(result.has_value());
+  BOOST_TEST(result->value() == EINVAL, result->message());
+  BOOST_TEST(service.outstanding() == 0u);
+}
+
 BOOST_DATA_TEST_CASE(posting_beyond_queue_depth_waits_instead_of_failing, all_modes, mode) {
   async_pair p({.mode = mode, .qp = {.max_send_wr = 4, .max_recv_wr = 4}});
   constexpr int messages = 64;

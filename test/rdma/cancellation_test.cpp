@@ -37,6 +37,39 @@ BOOST_AUTO_TEST_CASE(cancelled_receive_completes_after_its_flush) {
   BOOST_TEST(p.b.native().state() == IBV_QPS_ERR);
 }
 
+BOOST_AUTO_TEST_CASE(total_cancel_leaves_a_posted_request_be) {
+  // Partial and total cancellation promise to leave the I/O object as it was: a posted
+  // receive stays posted (the QP up), and the next message still lands in it.
+  async_pair p;
+  for (const auto type : {asio::cancellation_type::total, asio::cancellation_type::partial}) {
+    BOOST_TEST_CONTEXT("type " << static_cast<int>(type)) {
+      asio::cancellation_signal signal;
+      error_code result = asio::error::would_block;
+      std::size_t received = 0;
+      async_receive(p.b, p.b_mr.slice(0, 64),
+                    asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t n) {
+                      result = ec;
+                      received = n;
+                    }));
+      p.io.restart();
+      p.io.run_for(std::chrono::milliseconds(20));
+      signal.emit(type);
+      p.io.run_for(std::chrono::milliseconds(100));
+      BOOST_TEST((result == asio::error::would_block));  // still posted
+      BOOST_TEST(p.b.native().state() == IBV_QPS_RTS);
+      error_code sent = asio::error::would_block;
+      async_send(p.a, p.a_mr.slice(0, 24), [&](error_code ec, std::size_t) { sent = ec; });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while ((result == asio::error::would_block || sent == asio::error::would_block) &&
+             p.io.run_one_until(deadline) > 0) {
+      }
+      BOOST_TEST(!sent, sent.message());
+      BOOST_TEST(!result, result.message());
+      BOOST_TEST(received == 24u);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(receive_with_a_timeout_through_awaitable_operators) {
   async_pair p;
   p.run([&]() -> asio::awaitable<void> {

@@ -4,6 +4,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <boost/asio/cancellation_type.hpp>
+
 #include <cstdint>
 #include <memory>
 
@@ -49,9 +51,11 @@ class posting_queue {
   /// QP's send queue completes in order): they go to `done` first, with success (a failed
   /// request raises its own completion, signalled or not).
   void on_completed(operation* op, op_queue& done);
-  /// Cancellation: a queued request is withdrawn and aborted; a posted one cannot be
-  /// recalled, so the QP moves to ERROR and the request ends with its flush completion.
-  void cancel(operation* op);
+  /// Cancellation: a queued request is withdrawn and aborted (any type); a posted one cannot
+  /// be recalled, so only a terminal cancel acts on it: the QP moves to ERROR and the request
+  /// ends with its flush completion. A partial or total one leaves it (and the QP) be, as
+  /// those types promise to leave the I/O object as it was.
+  void cancel(operation* op, boost::asio::cancellation_type type);
   /// Aborts every queued (not yet posted) request with deferred handlers.
   void abort_waiting();
   /// The QP is in the error state (moved there, or a failed receive says so). Send queue: an

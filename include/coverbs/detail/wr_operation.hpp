@@ -92,7 +92,7 @@ class wr_operation final : public operation {
     operation* op;
     posting_queue* queue;
     void operator()(boost::asio::cancellation_type type) const {
-      if (type != boost::asio::cancellation_type::none) queue->cancel(op);
+      if (type != boost::asio::cancellation_type::none) queue->cancel(op, type);
     }
   };
 
