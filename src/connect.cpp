@@ -27,12 +27,18 @@ std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& o
   auto res = std::make_shared<rdma_resources>(std::move(id));
   const verbs::device& dev = res->id.device();
   res->pd.emplace(dev);
-  res->service.emplace(
-      res->id.get_executor(), dev,
-      completion_options{.mode = options.mode, .spin = options.spin, .max_spin = options.max_spin});
   // Room for the whole pool plus control slots on the receive side, and as many sends.
   const std::uint32_t depth = options.receive_buffers + rdma_stream::control_slots;
   verbs::queue_pair_options qp_options{.max_send_wr = depth + 64, .max_recv_wr = depth};
+  // The CQ holds a completion for every request the QP can have posted (and the send queue's
+  // error marker, posted beyond its depth): when the QP goes to the error state all of them
+  // complete at once, and an overrun CQ would lose some.
+  const int entries = std::max(completion_options{}.entries,
+                               static_cast<int>(qp_options.max_send_wr + qp_options.max_recv_wr + 1));
+  res->service.emplace(
+      res->id.get_executor(), dev,
+      completion_options{
+          .mode = options.mode, .spin = options.spin, .max_spin = options.max_spin, .entries = entries});
   auto qp = std::make_unique<async_queue_pair>(*res->service,
                                                res->id.create_queue_pair(*res->service, *res->pd, qp_options));
   auto stream = std::make_shared<rdma_stream>(res, std::move(qp), *res->pd, local_geometry(options));

@@ -16,6 +16,13 @@
 #include "unconnected_tests.hpp"
 #include "websocket_tests.hpp"
 
+#include <array>
+#include <boost/asio/read.hpp>
+#include <optional>
+
+#include "stream_tests.hpp"
+#include "test_address.hpp"
+
 using namespace coverbs;
 
 BOOST_AUTO_TEST_SUITE(rdma_socket)
@@ -169,6 +176,51 @@ BOOST_AUTO_TEST_CASE(one_automatic_acceptor_serves_rdma_and_tcp_clients) {
   BOOST_TEST(r2 == "over tcp\n");
   BOOST_TEST((rdma_client.transport_in_use() == transport::rdma));  // automatic picked RDMA
   BOOST_TEST((tcp_client.transport_in_use() == transport::tcp));
+}
+
+// A receive pool larger than a completion queue of the default depth (4096, which rxe rounds up
+// to 8191) holds: when the connection ends, every receive still posted completes at once
+// (flushed), and the CQ must hold them all; one that overran lost completions, and the close
+// waited for them.
+BOOST_AUTO_TEST_CASE(pool_larger_than_the_default_completion_queue) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  const coverbs::socket_options options{.kind = transport::rdma, .receive_buffers = 10000, .buffer_size = 256,
+                                        // a close that waits for lost completions outlasts the test
+                                        .close_timeout = std::chrono::seconds(120)};
+  acceptor server(io, asio::ip::tcp::endpoint(test::test_address(), 0), options);
+  coverbs::socket client(io, options);
+  std::optional<coverbs::socket> accepted;
+  server.async_accept([&](error_code ec, coverbs::socket s) {
+    BOOST_TEST(!ec, ec.message());
+    accepted.emplace(std::move(s));
+  });
+  std::optional<error_code> connected;
+  client.async_connect(server.local_endpoint(), [&](error_code ec) { connected = ec; });
+  test::run_until(
+      io, [&] { return connected.has_value() && accepted.has_value(); }, std::chrono::seconds(60));
+  BOOST_TEST_REQUIRE((connected == error_code()));
+  BOOST_TEST_REQUIRE(accepted.has_value());
+  std::array<char, 5> got{};
+  std::optional<error_code> read, end;
+  asio::async_write(client, asio::buffer("hello", 5), [](error_code, std::size_t) {});
+  asio::async_read(*accepted, asio::buffer(got), [&](error_code ec, std::size_t) { read = ec; });
+  test::run_until(io, [&] { return read.has_value(); });
+  BOOST_TEST((read == error_code()));
+  BOOST_TEST(std::string(got.data(), got.size()) == "hello");
+  accepted->async_read_some(asio::buffer(got), [&](error_code ec, std::size_t) { end = ec; });
+  client.close();
+  test::run_until(
+      io, [&] { return end.has_value(); }, std::chrono::seconds(60));
+  BOOST_TEST((end == asio::error::eof), end.value_or(asio::error::would_block).message());
+  accepted->close();
+  server.close();
+  // Everything the connections posted completes: the context runs out of work.
+  io.restart();
+  const auto started = std::chrono::steady_clock::now();
+  io.run_for(std::chrono::seconds(60));
+  BOOST_TEST(io.stopped());
+  BOOST_TEST((std::chrono::steady_clock::now() - started < std::chrono::seconds(30)));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
