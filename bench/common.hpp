@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../examples/command_line.hpp"
+#include "../examples/percentile.hpp"
 
 namespace bench {
 
@@ -58,12 +59,10 @@ inline void emit(const case_id& c, std::string_view metric, double value) {
   std::fflush(stdout);
 }
 
-/// Sorts `samples` and returns the value below which `p` of them lie (nearest rank).
+/// Sorts `samples` and returns their nearest-rank percentile `p`, as the examples report theirs.
 inline double percentile(std::vector<double>& samples, double p) {
-  if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
-  const auto rank = static_cast<std::size_t>(p * static_cast<double>(samples.size() - 1) + 0.5);
-  return samples[std::min(rank, samples.size() - 1)];
+  return stats::percentile(samples, p);
 }
 
 /// Latency figures as perftest prints them: the median (its t_typical), p99 and p99.9, in µs.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kv_connection.hpp"
+#include "percentile.hpp"
 
 namespace kv {
 
@@ -27,12 +28,8 @@ struct bench_result {
 };
 
 namespace detail {
-inline latency_summary summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  double total = 0;
-  for (double x : us) total += x;
-  auto pct = [&](double p) { return us[static_cast<std::size_t>(p * static_cast<double>(us.size() - 1))]; };
-  return {pct(0.5), pct(0.99), static_cast<double>(us.size()) / (total / 1e6)};
+inline latency_summary summarize(::stats::reservoir<double>& us) {
+  return {us.percentile(0.5), us.percentile(0.99), static_cast<double>(us.count()) / (us.sum() / 1e6)};
 }
 inline std::string bench_key(std::size_t k) {
   return "bench-" + std::to_string(k);
@@ -56,7 +53,8 @@ inline boost::asio::awaitable<bench_result> run_bench(connection& c, const bench
     ++progress.operations;
   }
   bench_result result;
-  std::vector<double> one_sided, two_sided;
+  // --ops goes up to 100 million: a bounded sample of the latencies, not all of them.
+  ::stats::reservoir<double> one_sided, two_sided;
   for (int two = 0; two < 2; ++two) {
     auto& samples = two ? two_sided : one_sided;
     for (std::size_t i = 0; i < o.ops; ++i) {
@@ -69,8 +67,7 @@ inline boost::asio::awaitable<bench_result> run_bench(connection& c, const bench
       } else {
         v = co_await c.get_one_sided(key, result.stats, o.get);
       }
-      samples.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      samples.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
       ++progress.operations;
       if (!v || *v != detail::bench_value(k, o.value_size)) {
         throw std::runtime_error(key + ": GET " + (two ? "by request" : "one-sided") +
@@ -79,8 +76,8 @@ inline boost::asio::awaitable<bench_result> run_bench(connection& c, const bench
       }
     }
   }
-  result.one_sided = detail::summarize(std::move(one_sided));
-  result.two_sided = detail::summarize(std::move(two_sided));
+  result.one_sided = detail::summarize(one_sided);
+  result.two_sided = detail::summarize(two_sided);
   co_return result;
 }
 

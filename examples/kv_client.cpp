@@ -32,6 +32,7 @@ class client {
   client(asio::io_context& io, const options& o) : io_(io), opt_(o), ticker_(io) {}
 
   void start() {
+    started_ = shown_at_ = std::chrono::steady_clock::now();
     asio::co_spawn(io_, run(), [this](std::exception_ptr e) {
       if (e) fail(e);
       io_.stop();  // open sockets would keep run() going
@@ -110,6 +111,7 @@ class client {
     } catch (const std::exception& e) {
       throw cannot_connect(e);
     }
+    progress_.transport = c.socket().transport_in_use();
     progress_.connected = true;
   }
 
@@ -204,14 +206,50 @@ class client {
     } catch (const kv::protocol_failure& x) {
       return_code(1, x.what());
     } catch (const boost::system::system_error& x) {
-      return_code(1, "lost the server: " +
-                         (x.code() == asio::error::eof ? "it closed the connection" : x.code().message()));
+      return_code(1, "lost the server: " + lost(x.code()));
     } catch (const std::exception& x) {
       return_code(1, cli::describe(x));
     }
   }
 
-  // Once a second: the timeout for connecting and for answers.
+  // Why the connection failed, worded as file_client words it, with the transport in use. A
+  // server gone away fails a one-sided read in flight with "transport retry counter exceeded",
+  // over TCP too (the library reports what an RDMA queue pair would), which says neither.
+  std::string lost(const boost::system::error_code& ec) const {
+    const std::string over =
+        progress_.transport ? " (over " + std::string(cli::name(*progress_.transport)) + ")" : "";
+    if (ec == asio::error::eof || ec == asio::error::broken_pipe || ec == asio::error::connection_reset ||
+        ec == coverbs::wc_errc::flushed || ec == coverbs::wc_errc::retry_exceeded) {
+      return "it closed the connection" + over;
+    }
+    return ec.message() + over;
+  }
+
+  // bench and stress may run for long: how far they got, each second on a terminal (stdout,
+  // with the rest), elsewhere every 5 s on stderr, so that a log shows the run moving while
+  // stdout keeps only the lines scripts read.
+  void show_progress(std::chrono::steady_clock::time_point now) {
+    const auto& cmd = opt_.command[0];
+    const std::chrono::duration<double> total = now - started_, since = now - shown_at_;
+    const std::size_t done = progress_.operations;
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(1) << program << ": " << cmd << ": " << total.count()
+         << " s: " << done;
+    if (cmd == "bench") {
+      const std::size_t all = opt_.bench.keys + 2 * opt_.bench.ops;
+      line << " of " << all << " operations (" << 100 * done / all << "%)";
+    } else {
+      line << " operations";
+    }
+    line << ", " << static_cast<std::size_t>(static_cast<double>(done - shown_count_) / since.count())
+         << "/s\n";
+    (terminal_ ? std::cout : std::cerr) << line.str() << std::flush;
+    shown_at_ = now;
+    shown_count_ = done;
+  }
+
+  // Once a second: the timeout for connecting and for answers, and bench's and stress's
+  // progress.
   void tick() {
     ticker_.expires_after(std::chrono::seconds(1));
     ticker_.async_wait([this](boost::system::error_code ec) {
@@ -227,6 +265,13 @@ class client {
                            (progress_.connected ? "" : " while connecting"));
         return io_.stop();
       }
+      const auto& cmd = opt_.command[0];
+      const auto every = terminal_ ? std::chrono::seconds(1) : std::chrono::seconds(5);
+      // Half a second's slack: the ticks drift a little behind whole seconds.
+      if ((cmd == "bench" || cmd == "stress") && progress_.connected &&
+          now - shown_at_ >= every - std::chrono::milliseconds(500)) {
+        show_progress(now);
+      }
       tick();
     });
   }
@@ -234,9 +279,10 @@ class client {
   asio::io_context& io_;
   options opt_;
   asio::steady_timer ticker_;
-  std::chrono::steady_clock::time_point last_progress_;
+  std::chrono::steady_clock::time_point last_progress_, started_, shown_at_;
   kv::activity progress_;
-  std::size_t last_count_ = 0;
+  std::size_t last_count_ = 0, shown_count_ = 0;
+  const bool terminal_ = isatty(STDOUT_FILENO);
   int exit_code_ = 0;
 };
 

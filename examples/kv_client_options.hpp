@@ -20,7 +20,7 @@ namespace asio = boost::asio;
 
 constexpr std::string_view program = "kv_client";
 constexpr std::string_view usage =
-    "usage: kv_client --connect HOST[:PORT] [--port N] [--transport auto|rdma|tcp] [OPTIONS] COMMAND\n"
+    "usage: kv_client --connect HOST[:PORT] [--port N] [--transport auto|rdma|tcp] [OPTIONS] [--] COMMAND\n"
     "Talks to a kv_server. Commands:\n"
     "  put KEY VALUE    stores VALUE under KEY\n"
     "  get KEY          prints KEY's value: reads its slot one-sided, and asks the server only\n"
@@ -48,6 +48,10 @@ constexpr std::string_view usage =
     "                       that torn reads happen: against a server whose writes stay open long\n"
     "                       enough to be caught (kv_server --write-window-us 200) the run then\n"
     "                       fails, reporting them\n"
+    "  --                   ends the options: all that follows is the command and its arguments,\n"
+    "                       so a KEY or VALUE may begin with '-' (put -- KEY --VALUE)\n"
+    "bench and stress show their progress: each second on a terminal, elsewhere every 5 s on\n"
+    "stderr. Latency percentiles are nearest rank (past a million GETs, of a random million).\n"
     "Exit status: 0 success, 1 not found or any failure, 2 bad arguments.\n";
 
 struct options {
@@ -62,7 +66,7 @@ struct options {
 
 inline options parse(int argc, char** argv) {
   options o;
-  bool keys_given = false, size_given = false;
+  bool keys_given = false, size_given = false, only_operands = false;
   cli::arguments args(program, argc, argv);
   auto count = [&](std::size_t low, std::size_t high, const char* what) {
     const auto n = cli::number(args.value(), low, high);
@@ -71,7 +75,11 @@ inline options parse(int argc, char** argv) {
   };
   while (args.next()) {
     const auto arg = args.current();
-    if (arg == "--help" || arg == "-h") {
+    if (only_operands) {
+      o.command.emplace_back(arg);
+    } else if (arg == "--") {  // as file_client takes it
+      only_operands = true;
+    } else if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       std::exit(0);
     } else if (cli::client_option(args, arg, o.server)) {  // taken

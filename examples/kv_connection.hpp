@@ -39,10 +39,12 @@ struct refused : protocol_failure {
   using protocol_failure::protocol_failure;
 };
 
-/// What a watchdog looks at to tell a slow server from a silent one.
+/// How far the client got: what its watchdog tells a slow server from a silent one by, and what
+/// its progress and failures report.
 struct activity {
-  std::size_t operations = 0;  ///< completed requests and reads
-  bool connected = false;      ///< every connection is up
+  std::size_t operations = 0;                   ///< completed requests and reads
+  bool connected = false;                       ///< every connection is up
+  std::optional<coverbs::transport> transport;  ///< the one in use, once a connection is up
 };
 
 class connection {

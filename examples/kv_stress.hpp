@@ -43,6 +43,7 @@ class stress {
   boost::asio::awaitable<stress_result> run(const std::vector<boost::asio::ip::tcp::endpoint>& servers) {
     for (auto& c : connections_) {
       co_await c->connect(servers);
+      progress_.transport = c->socket().transport_in_use();
       ++progress_.operations;
     }
     progress_.connected = true;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command_line.hpp"
+#include "percentile.hpp"
 
 namespace asio = boost::asio;
 using namespace coverbs;
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
     io.run();
 
     std::sort(rtt_us.begin(), rtt_us.end());
-    auto pct = [&](double p) { return rtt_us[static_cast<std::size_t>(p * static_cast<double>(rtt_us.size() - 1))]; };
+    auto pct = [&](double p) { return stats::percentile(rtt_us, p); };
     std::cout << "round trip: p50 " << pct(0.5) << " us, p99 " << pct(0.99) << " us, max "
               << rtt_us.back() << " us\n"
               << "RDMA WRITE then READ of " << opt.size << " bytes: " << (verified ? "match" : "MISMATCH") << "\n";

@@ -245,7 +245,8 @@ class client {
     ft::progress shown(std::string(program), it.name, size, isatty(STDOUT_FILENO));
     co_return co_await attempt(ch, "send " + it.path.string(), shown, [&]() -> asio::awaitable<void> {
       co_await ch.send(ft::msg::put(it.name, size, opt_.check));
-      out.prepare(ft::tuning{}.slots, ft::tuning{}.slot_size);  // the server's window, unless set otherwise
+      // The server's window, unless set otherwise.
+      out.prepare(ft::tuning{}.slots, ft::tuning{}.slot_size, size);
       const ft::message ready = co_await ch.expect(ft::type::ready);
       shown.start();
       const ft::digest sum = co_await out.send(file, size, it.path.string(), ready.area, opt_.check,

@@ -29,6 +29,7 @@ constexpr std::string_view program = "file_server";
 constexpr std::string_view usage =
     "usage: file_server --dir DIR [--listen ADDR] [--port N] [--transport auto|rdma|tcp]\n"
     "                   [--window N] [--slot-size BYTES] [--timeout SECONDS] [--connections N]\n"
+    "                   [--send-memory BYTES]\n"
     "Serves the files of DIR to file_client, which sends files into it and fetches files from it.\n"
     "  --dir DIR          the directory; names are plain file names in it (no '/', no leading\n"
     "                     '.', no control characters; a symbolic link in it is followed). A file\n"
@@ -40,6 +41,10 @@ constexpr std::string_view usage =
     "  --transport T      auto: RDMA and TCP (default); rdma or tcp: that one only\n"
     "  --window N         slots of the window each connection receives into (default 8)\n"
     "  --slot-size BYTES  bytes per slot (default 1048576)\n"
+    "  --send-memory BYTES\n"
+    "                     most memory one connection sends a file from, whatever window the\n"
+    "                     client offers: fewer or smaller buffers then (default 64M; K and M\n"
+    "                     allowed). Never more than the file needs\n"
     "  --timeout SECONDS  drop a client that shows no sign of life for this long (default 30)\n"
     "  --connections N    exit after serving N connections (default 0: until SIGINT or SIGTERM)\n"
     "Each transfer is checked with the checksum the client asks for (file_client --checksum:\n"
@@ -49,6 +54,7 @@ constexpr std::string_view usage =
 
 struct options : ft::tuning {
   fs::path dir;
+  std::size_t send_memory = ft::default_send_memory;
   asio::ip::address listen = asio::ip::address_v4::any();
   std::uint16_t port = 7001;
   std::size_t connections = 0;
@@ -65,6 +71,8 @@ options parse(int argc, char** argv) {
     } else if (ft::parse_tuning(args, arg, o)) {  // taken
     } else if (arg == "--dir") {
       o.dir = args.value();
+    } else if (arg == "--send-memory") {
+      o.send_memory = args.number_value(4096, std::size_t{1} << 40);
     } else if (cli::server_option(args, arg, o)) {  // taken
     } else {
       cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
@@ -114,7 +122,10 @@ class server {
  private:
   struct connection {
     connection(coverbs::socket s, const options& o)
-        : socket(std::move(s)), ch(socket, "client", o.timeout), out(ch), in(ch, o.slots, o.slot_size) {}
+        : socket(std::move(s)),
+          ch(socket, "client", o.timeout),
+          out(ch, o.send_memory),
+          in(ch, o.slots, o.slot_size) {}
     coverbs::socket socket;
     ft::channel ch;
     ft::sender out;
@@ -236,7 +247,8 @@ class server {
     std::optional<transfer_error> failure;
     try {
       co_await c.ch.send(ft::msg::file(size));
-      c.out.prepare(ft::tuning{}.slots, ft::tuning{}.slot_size);  // the client's window, unless set otherwise
+      // The client's window, unless set otherwise.
+      c.out.prepare(ft::tuning{}.slots, ft::tuning{}.slot_size, size);
       const ft::message reply = co_await c.ch.receive();
       if (reply.kind == ft::type::error) {  // the client cannot store it: its own problem
         say("[", id, "] the client refused ", name, ": ", reply.text);

@@ -32,6 +32,17 @@ struct chunk {
   std::uint32_t bytes;
 };
 
+/// Most memory one sender's buffers take unless told otherwise, whatever window the receiver
+/// offers: it is the receiver that chooses the window (up to 128 slots of 16 MiB).
+constexpr std::size_t default_send_memory = std::size_t{64} << 20;
+
+/// The buffers a transfer reads its file into: how many, and the bytes of each, which is also
+/// the most one WRITE carries.
+struct buffer_plan {
+  std::uint32_t count = 0;
+  std::uint32_t size = 0;
+};
+
 /// The completions hold these, so neither the memory nor its registration goes away under a
 /// read or a WRITE, whatever becomes of the transfer that started it. Used on the connection's
 /// thread only.
@@ -41,12 +52,11 @@ struct send_buffers {
   /// VM) does not wait for the next slot's read.
   static constexpr std::uint32_t read_ahead = 2;
 
-  /// One buffer per slot of `w`, and `read_ahead` more, registered on `s`. Throws
-  /// std::system_error.
-  send_buffers(coverbs::socket& s, const window& w)
-      : area(w),
-        count(w.slots + read_ahead),
-        memory(std::size_t{count} * w.slot_size),
+  /// The buffers `p` plans, registered on `s`. Throws std::system_error.
+  send_buffers(coverbs::socket& s, const buffer_plan& p)
+      : count(p.count),
+        size(p.size),
+        memory(std::size_t{count} * size),
         writing(count, false),
         hashing(count, false),
         reading(count, false),
@@ -59,8 +69,8 @@ struct send_buffers {
     coverbs::error_code ec;
     std::size_t bytes = 0;
   };
-  window area;                              ///< the receiver's window these were made for
-  std::uint32_t count;                      ///< buffers: the window's slots and `read_ahead` more
+  std::uint32_t count;                      ///< buffers
+  std::uint32_t size;                       ///< bytes each
   std::vector<std::byte> memory;            ///< the buffers, one after another
   coverbs::registered_memory registration;  // after `memory`: deregistered before it is freed
   std::vector<bool> writing;                // a WRITE from this buffer is under way
@@ -74,7 +84,7 @@ struct send_buffers {
   asio::steady_timer wake;                  // cancelled when a read, a hash or a WRITE completes
 
   /// Where buffer `b` starts in `memory` (and in the registration).
-  std::size_t offset(std::uint32_t b) const { return std::size_t{b} * area.slot_size; }
+  std::size_t offset(std::uint32_t b) const { return std::size_t{b} * size; }
   /// Buffer `b`'s bytes.
   std::byte* buffer(std::uint32_t b) { return memory.data() + offset(b); }
   /// Where `c` lies in the registration: the local side of its WRITE.
@@ -90,6 +100,21 @@ struct send_buffers {
     co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 };
+
+/// The buffers for sending `file_size` bytes into `area`: one per slot and `read_ahead` more,
+/// but never more than the file has chunks, none larger than the file, and all together no
+/// more than `max_memory`, beyond which chunks get fewer, then smaller than a slot (a WRITE
+/// may fill a slot in part). A receiver offering a large window for a small file, or a huge
+/// one, thus costs the sender no more memory than the file needs, or than it allows.
+inline buffer_plan plan_buffers(const window& area, std::uint64_t file_size, std::size_t max_memory) {
+  const std::uint64_t chunk = std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>({area.slot_size, file_size, std::max<std::size_t>(max_memory, 1)}));
+  const std::uint64_t chunks = std::max<std::uint64_t>(1, (file_size + chunk - 1) / chunk);
+  const std::uint64_t count =
+      std::min<std::uint64_t>({std::uint64_t{area.slots} + send_buffers::read_ahead, chunks,
+                               std::max<std::uint64_t>(1, max_memory / chunk)});
+  return {static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(chunk)};
+}
 
 /// Starts reading `c` into its buffer; `f` records how it went.
 inline void start_read(const std::shared_ptr<send_buffers>& f, asio::random_access_file& file,

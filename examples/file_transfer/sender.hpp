@@ -19,13 +19,17 @@ namespace ft {
 
 class sender {
  public:
-  explicit sender(channel& ch) : ch_(ch) {}
+  /// Its buffers take at most `max_memory` bytes (plan_buffers).
+  explicit sender(channel& ch, std::size_t max_memory = default_send_memory)
+      : ch_(ch), max_memory_(max_memory) {}
 
-  /// Makes the buffers for a window of `slots` slots of `slot_size` bytes before the receiver
-  /// offers one (allocating and registering them takes a while, and the receiver is busy
-  /// creating the file meanwhile); `send` makes them again if its window differs. Throws
-  /// std::system_error.
-  void prepare(std::uint32_t slots, std::uint32_t slot_size) { fit_buffers({slots, slot_size, {}}); }
+  /// Makes the buffers for sending `file_size` bytes into a window of `slots` slots of
+  /// `slot_size` bytes before the receiver offers one (allocating and registering them takes a
+  /// while, and the receiver is busy creating the file meanwhile); `send` makes them again if
+  /// its window needs more. Throws std::system_error.
+  void prepare(std::uint32_t slots, std::uint32_t slot_size, std::uint64_t file_size) {
+    fit_buffers(plan_buffers({slots, slot_size, {}}, file_size, max_memory_));
+  }
 
   /// Sends `size` bytes of `file` (called `name` in errors) to where the receiver's `area`
   /// says, then `done` with their digest, and waits for the receiver's verdict. Returns the
@@ -72,20 +76,21 @@ class sender {
     co_return slot;
   }
 
-  // Buffers for `area`, made anew unless those there fit and no read goes on into them (a
-  // failed transfer may have left some).
-  void fit_buffers(const window& area) {
-    if (!buffers_ || buffers_->area.slots != area.slots || buffers_->area.slot_size != area.slot_size ||
-        buffers_->reads > 0) {
-      buffers_ = std::make_shared<send_buffers>(ch_.socket(), area);
+  // Buffers for `plan`, made anew unless those there are as many and as large or more (all
+  // within max_memory_ too) and no read goes on into them (a failed transfer may have left
+  // some).
+  void fit_buffers(const buffer_plan& plan) {
+    if (!buffers_ || buffers_->count < plan.count || buffers_->size < plan.size || buffers_->reads > 0) {
+      buffers_.reset();  // first: unless a completion holds them still, the old ones are freed
+      buffers_ = std::make_shared<send_buffers>(ch_.socket(), plan);
     }
   }
 
   asio::awaitable<void> send_window(asio::random_access_file& file, std::uint64_t size,
                                     const std::string& name, const window& area, hasher& hash,
                                     const progress_fn& progress) {
-    fit_buffers(area);
-    buffers_->area = area;
+    const buffer_plan plan = plan_buffers(area, size, max_memory_);
+    fit_buffers(plan);
     buffers_->sent = 0;
     buffers_->hashing.assign(buffers_->count, false);  // a failed transfer's hasher dropped the rest
     std::shared_ptr<send_buffers> f = buffers_;        // the completions hold it too
@@ -98,7 +103,7 @@ class sender {
       while (read_to < size && ahead.size() < send_buffers::read_ahead) {
         const auto b = idle_buffer(*f, ahead);
         if (!b) break;
-        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(area.slot_size, size - read_to));
+        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(plan.size, size - read_to));
         ahead.push_back({*b, read_to, n});
         start_read(f, file, ahead.back());
         read_to += n;
@@ -146,6 +151,7 @@ class sender {
   }
 
   channel& ch_;
+  std::size_t max_memory_;
   std::shared_ptr<send_buffers> buffers_;
 };
 
