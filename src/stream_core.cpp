@@ -252,9 +252,9 @@ bool stream_core::transmit_now(const_buffer_list& buffers, bool message, std::si
   const std::size_t size = buffers.bytes();
   // Below min_direct_bytes neither transport's transmit_direct takes the bytes; errors, an
   // empty write and a message too large are left to write_some and send_message.
-  if ((message ? send_.has_value() : write_.has_value()) || sending_refusal() || size >= min_direct_bytes) {
-    return false;
-  }
+  if (message ? send_.has_value() : write_.has_value()) return false;  // refused as in progress
+  payload_started(message);
+  if (sending_refusal() || size >= min_direct_bytes) return false;
   if (!message) return size > 0 && (n = transmit(buffers, false)) > 0;
   n = size;
   return size <= max_message_size() && transmit(buffers, true) > 0;  // at least 1 when taken

@@ -90,6 +90,7 @@ void tcp_stream::atomic(const one_sided_request& request, value_handler handler)
 void tcp_stream::start_operation(one_sided_op op) {
   if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
   operations_.push_back(std::move(op));
+  ++requests_started_;
   send_requests();
   want_input();  // its answers
 }
@@ -101,8 +102,12 @@ void tcp_stream::send_requests() {
          outgoing_bytes_ < max_outgoing_bytes) {
     one_sided_op& op = operations_[next_to_send_];
     send_request_frame(op);
-    if (op.sent == op.frames) ++next_to_send_;
+    if (op.sent == op.frames) {
+      ++next_to_send_;
+      ++requests_sent_;
+    }
   }
+  send_close_when_due();
 }
 
 void tcp_stream::send_request_frame(one_sided_op& op) {
@@ -180,12 +185,13 @@ void tcp_stream::on_response() {
   finish(done, {}, value, false);
 }
 
-// A response opened the window: more requests go out, and once all are out, the stream bytes
-// and messages that waited behind them (takes_payload).
+// A response opened the window: more requests go out, and then a write or message that waited
+// for them (takes_payload).
 void tcp_stream::requests_sent_on() {
-  const bool held_payload = next_to_send_ < operations_.size();
+  const std::uint64_t before = requests_sent_;
   send_requests();
-  if (held_payload && next_to_send_ == operations_.size()) capacity_available();
+  const bool waited = payload_after_[0] > before || payload_after_[1] > before;
+  if (requests_sent_ != before && waited) capacity_available();
 }
 
 void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {

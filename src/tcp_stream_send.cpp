@@ -149,14 +149,14 @@ void tcp_stream::on_written(error_code ec) {
 
 // Stream bytes and messages wait while one-sided requests started before them do: an RC queue
 // pair's SEND reaches the peer after the WRITEs posted before it, which a peer that reads the
-// written memory once the message arrives relies on.
-bool tcp_stream::takes_payload() const noexcept {
+// written memory once the message arrives relies on. Requests started later do not hold them.
+bool tcp_stream::takes_payload(bool message) const noexcept {
   return limit_ > 0 && !stream_ended_ && !broken_ && outgoing_bytes_ < max_outgoing_bytes &&
-         next_to_send_ == operations_.size();
+         requests_sent_ >= payload_after_[message];
 }
 
 std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
-  if (!takes_payload()) return 0;
+  if (!takes_payload(message)) return 0;
   const std::size_t total = buffers.bytes();
   if (message && total > limit_) {
     // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
@@ -219,7 +219,7 @@ std::size_t tcp_stream::write_at_once(std::span<const std::byte> header, const c
 // into one write; it completes once the kernel has taken them all, as a write on an Asio
 // socket does.
 std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  if (!takes_payload()) return 0;
+  if (!takes_payload(message)) return 0;
   const std::size_t total = buffers.bytes();
   if (message && total > limit_) return 0;  // transmit fails it
   const std::size_t n = std::min<std::size_t>(total, limit_);
@@ -231,6 +231,14 @@ std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool m
 void tcp_stream::shutdown_send() {
   if (stream_ended_ || broken_) return;
   stream_ended_ = true;
+  // After the requests started before it: the peer reads eof once their writes have landed.
+  close_after_ = requests_started_;
+  send_close_when_due();
+}
+
+void tcp_stream::send_close_when_due() {
+  if (!close_after_ || requests_sent_ < *close_after_ || broken_) return;
+  close_after_.reset();
   send_frame({.type = frame_type::close});
 }
 

@@ -37,7 +37,8 @@ inline bool all_done(const std::vector<outcome>& outcomes) {
 
 /// Runs `io` until `done()` holds, failing the test if it does not within `limit`.
 template <class Predicate>
-void run_until_done(asio::io_context& io, Predicate done, std::chrono::seconds limit = std::chrono::seconds(60)) {
+void run_until_done(asio::io_context& io, Predicate done,
+                    std::chrono::seconds limit = std::chrono::seconds(60)) {
   io.restart();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (!done() && io.run_one_until(deadline) > 0) {
@@ -59,9 +60,13 @@ class guarded_region {
       : bytes_(size + 2 * guard, fill), registration_(owner.register_memory(region(), rights)) {}
 
   std::span<std::byte> region() { return std::span(bytes_).subspan(guard, bytes_.size() - 2 * guard); }
-  std::span<const std::byte> region() const { return std::span(bytes_).subspan(guard, bytes_.size() - 2 * guard); }
+  std::span<const std::byte> region() const {
+    return std::span(bytes_).subspan(guard, bytes_.size() - 2 * guard);
+  }
   remote_buffer remote() const { return registration_.remote(); }
-  remote_buffer remote(std::size_t offset, std::size_t length) const { return registration_.remote(offset, length); }
+  remote_buffer remote(std::size_t offset, std::size_t length) const {
+    return registration_.remote(offset, length);
+  }
   void deregister() { registration_ = registered_memory(); }
 
   bool guards_untouched() const {
@@ -74,7 +79,9 @@ class guarded_region {
     std::memcpy(&value, region().data() + offset, sizeof value);
     return value;
   }
-  void set_word(std::size_t offset, std::uint64_t value) { std::memcpy(region().data() + offset, &value, sizeof value); }
+  void set_word(std::size_t offset, std::uint64_t value) {
+    std::memcpy(region().data() + offset, &value, sizeof value);
+  }
 
  private:
   std::vector<std::byte> bytes_;
@@ -87,8 +94,11 @@ struct local_memory {
   std::vector<std::byte> bytes;
   registered_memory registration;
 
-  local_memory(socket& owner, std::size_t size) : bytes(size, fill), registration(owner.register_memory(bytes, verbs::access::none)) {}
-  verbs::local_buffer slice(std::size_t offset, std::size_t length) const { return registration.slice(offset, length); }
+  local_memory(socket& owner, std::size_t size)
+      : bytes(size, fill), registration(owner.register_memory(bytes, verbs::access::none)) {}
+  verbs::local_buffer slice(std::size_t offset, std::size_t length) const {
+    return registration.slice(offset, length);
+  }
   std::uint64_t word(std::size_t offset) const {
     std::uint64_t value = 0;
     std::memcpy(&value, bytes.data() + offset, sizeof value);
@@ -228,7 +238,8 @@ struct pipeline {
     return [this, index, value, check](error_code ec, auto got) {
       order.push_back(index);
       if (ec || static_cast<std::uint64_t>(got) != value || (check && !check())) {
-        wrong.push_back("operation " + std::to_string(index) + ": " + ec.message() + ", " + std::to_string(got));
+        wrong.push_back("operation " + std::to_string(index) + ": " + ec.message() + ", " +
+                        std::to_string(got));
       }
     };
   }
@@ -238,8 +249,8 @@ struct pipeline {
     requester.async_write(local.slice(0, bulk), target.remote(0, bulk), expect(bulk));
     // Ordered after the write on the same connection, so it reads what the write left.
     requester.async_read(local.slice(bulk, bulk), target.remote(0, bulk), expect(bulk, [this] {
-      return std::equal(data.begin(), data.end(), local.bytes.begin() + bulk);
-    }));
+                           return std::equal(data.begin(), data.end(), local.bytes.begin() + bulk);
+                         }));
     // Each atomic has its own result word: the RDMA transport reads the value it hands to the
     // handler back from that word, so operations in flight together must not share one.
     for (std::uint64_t i = 0; i < 20; ++i) {
@@ -341,6 +352,68 @@ inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b
   BOOST_TEST(target.guards_untouched());
 }
 
+/// The end of the stream, too, comes after the writes started before it: the peer that reads
+/// eof finds all of them in place.
+inline void end_of_stream_after_many_writes(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t writes = 40;
+  guarded_region target(b, 8 * writes, all_remote_rights);
+  local_memory words(a, 8 * writes);
+  for (std::size_t i = 0; i < writes; ++i) {
+    const std::uint64_t value = 2000 + i;
+    std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
+  }
+  std::vector<outcome> wrote(writes);
+  for (std::size_t i = 0; i < writes; ++i) {
+    a.async_write(words.slice(8 * i, 8), target.remote(8 * i, 8), record(wrote[i]));
+  }
+  a.shutdown(asio::socket_base::shutdown_send);
+  outcome end;
+  std::size_t in_place = 0;
+  std::array<char, 8> buf{};
+  b.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
+    end = {true, ec, n};
+    for (std::size_t i = 0; i < writes; ++i) in_place += target.word(8 * i) == 2000 + i ? 1 : 0;
+  });
+  run_until_done(io, [&] { return all_done(wrote) && end.done; });
+  BOOST_TEST((end.ec == asio::error::eof), end.ec.message());
+  BOOST_TEST(in_place == writes);
+  for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
+}
+
+/// A message waits only for the operations started before it: one sent beside more operations
+/// in flight than the TCP fallback's window, each restarted from its handler, still goes out.
+inline void message_beside_endless_operations(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t lanes = 32;
+  guarded_region counter(b, 8, all_remote_rights);
+  counter.set_word(0, 0);
+  local_memory results(a, 8 * lanes);
+  bool stop = false;
+  std::size_t running = lanes, completed = 0;
+  std::vector<std::string> wrong;
+  std::function<void(std::size_t)> lane = [&](std::size_t i) {
+    a.async_fetch_add(results.slice(8 * i, 8), counter.remote(0, 8), 1, [&, i](error_code ec, std::uint64_t) {
+      if (ec) wrong.push_back(ec.message());
+      ++completed;
+      if (stop || ec) return void(--running);
+      lane(i);
+    });
+  };
+  for (std::size_t i = 0; i < lanes; ++i) lane(i);
+  outcome sent, received;
+  std::array<char, 8> message{};
+  b.async_receive(asio::buffer(message), record(received));
+  // Started once the lanes are going, so that operations are started after it too.
+  run_until_done(io, [&] { return completed >= 2 * lanes; });
+  a.async_send(asio::buffer("beside", 6), record(sent));
+  run_until_done(io, [&] { return sent.done && received.done; });
+  stop = true;
+  run_until_done(io, [&] { return running == 0; });
+  BOOST_TEST((!sent.ec && !received.ec && received.value == 6u), sent.ec.message()
+                                                                     << ", " << received.ec.message());
+  BOOST_TEST(wrong.empty());
+  BOOST_TEST(counter.word(0) == completed);
+}
+
 /// Ways to ask for memory the peer did not grant; each is `wc_errc::remote_access`.
 enum class violation {
   wrong_rkey,
@@ -432,7 +505,8 @@ inline void refused_operation_fails_the_connection(asio::io_context& io, socket&
   b.async_write_some(asio::buffer("y", 1), record(b_write));
   a.async_receive_immediate(record(imm_a));
   run_until_done(io, [&] {
-    return later_a.done && later_b.done && a_read.done && a_write.done && b_write.done && imm_a.done && b_read.done;
+    return later_a.done && later_b.done && a_read.done && a_write.done && b_write.done && imm_a.done &&
+           b_read.done;
   });
   b.async_receive_immediate(record(imm_b));
   run_until_done(io, [&] { return imm_b.done; });
@@ -466,7 +540,8 @@ inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, s
   run_until_done(io, [&] { return all_done(results); });
   for (std::size_t i = 0; i < results.size(); ++i) {
     BOOST_TEST_CONTEXT("operation " << i) {
-      const auto expected = i < 5 ? make_error_code(errc::buffer_too_small) : make_error_code(errc::misaligned_atomic);
+      const auto expected =
+          i < 5 ? make_error_code(errc::buffer_too_small) : make_error_code(errc::misaligned_atomic);
       BOOST_TEST((results[i].ec == expected), results[i].ec.message());
       BOOST_TEST(results[i].value == 0u);
     }
@@ -561,6 +636,14 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
     Pair p;                                                                   \
     coverbs::test::message_after_many_writes(p.io, p.a, p.b);                 \
   }                                                                           \
+  BOOST_AUTO_TEST_CASE(end_of_stream_after_many_writes) {                     \
+    Pair p;                                                                   \
+    coverbs::test::end_of_stream_after_many_writes(p.io, p.a, p.b);           \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(message_beside_endless_operations) {                   \
+    Pair p;                                                                   \
+    coverbs::test::message_beside_endless_operations(p.io, p.a, p.b);         \
+  }                                                                           \
   BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                       \
     Pair p;                                                                   \
     coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);         \
@@ -578,9 +661,8 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
   COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                        \
   COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)
 
-#define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                       \
-  BOOST_AUTO_TEST_CASE(refused_##name) {                                                           \
-    Pair p;                                                                                         \
-    coverbs::test::refused_operation_fails_the_connection(p.io, p.a, p.b,                           \
-                                                          coverbs::test::violation::name);          \
+#define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                              \
+  BOOST_AUTO_TEST_CASE(refused_##name) {                                                                   \
+    Pair p;                                                                                                \
+    coverbs::test::refused_operation_fails_the_connection(p.io, p.a, p.b, coverbs::test::violation::name); \
   }

@@ -601,6 +601,7 @@ void options_before_connecting(transport kind) {
   connected.reset();
   s.async_connect(serving, [&](error_code e) { connected = e; });
   BOOST_TEST(s.local_endpoint() == tcp::endpoint(serving.protocol(), 0));
+  delay = tcp::no_delay(false);
   s.get_option(delay);
   BOOST_TEST(delay.value());
   run_until(io, [&] { return connected.has_value(); });

@@ -178,6 +178,8 @@ class stream_core : public handler_holder {
   void deliver_failure(error_code ec, bool defer = false);
   /// The transport can take more: retries waiting writes and sends.
   void capacity_available();
+  /// A write (`message` false) or message starts, after what the transport was asked before.
+  virtual void payload_started(bool /*message*/) noexcept {}
   /// Immediates delivered that no one has taken yet.
   std::size_t immediates_held() const noexcept { return immediates_.size(); }
   /// A queued immediate was taken: a transport that stopped reading for them may go on.

@@ -6,6 +6,7 @@
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,7 +45,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void transfer(const one_sided_request& request, size_handler handler) override;
   void atomic(const one_sided_request& request, value_handler handler) override;
   std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights, std::uint32_t& lkey,
-                       remote_buffer& remote) override;
+                                remote_buffer& remote) override;
   void deregister_memory(std::uint32_t handle) noexcept override;
   void destroy_handlers() noexcept override;
   void want_input() noexcept override;
@@ -55,8 +56,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   // A user's one-sided operation, from its start until its last response.
   struct one_sided_op {
     one_sided_request request;
-    size_handler on_size;    // transfers
-    value_handler on_value;  // atomics
+    size_handler on_size;      // transfers
+    value_handler on_value;    // atomics
     std::uint32_t frames = 0;  // frames it needs; known once the payload limit is
     std::uint32_t sent = 0;
     std::uint32_t answered = 0;
@@ -72,7 +73,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   void release(std::uint32_t tag) override;
   void immediate_taken() override;
-  bool writable() const noexcept override { return takes_payload(); }
+  bool writable() const noexcept override { return takes_payload(false); }
+  void payload_started(bool message) noexcept override { payload_after_[message] = requests_started_; }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
 
@@ -146,7 +148,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t write_at_once(std::span<const std::byte> header, const const_buffer_list& payload,
                             std::size_t n);
   /// Whether stream data or a message can be queued now (the peer's limits known, room left).
-  bool takes_payload() const noexcept;
+  bool takes_payload(bool message) const noexcept;
+  void send_close_when_due();
   void write_next();
   /// Writes what is left of gather_ (a system call may take only part of it).
   void write_gathered();
@@ -209,7 +212,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t spare_bytes_ = 0;  ///< capacity held by spare_frames_
   /// The frames being written, a direct one's payload pieces included.
   std::array<boost::asio::const_buffer, max_gathered_frames + const_buffer_list::capacity> gather_;
-  std::size_t gathered_ = 0;  ///< frames in gather_
+  std::size_t gathered_ = 0;                       ///< frames in gather_
   std::size_t gather_begin_ = 0, gather_end_ = 0;  ///< pieces of gather_ not yet written
   /// The caller's memory that queued direct frames carry (transmit_direct): a stream write's,
   /// then a message's.
@@ -221,8 +224,14 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
-  fifo<one_sided_op> operations_;  ///< started and not completed, in order
-  std::size_t next_to_send_ = 0;         ///< index in operations_ of the first with unsent frames
+  fifo<one_sided_op> operations_;       ///< started and not completed, in order
+  std::size_t next_to_send_ = 0;        ///< index in operations_ of the first with unsent frames
+  std::uint64_t requests_started_ = 0;  ///< one-sided operations started, ever
+  std::uint64_t requests_sent_ = 0;     ///< ... whose request frames have all gone out
+  /// How many operations the latest write's and message's payload goes out after (those started
+  /// before it), as an RC queue pair's SEND after the WRITEs posted before it.
+  std::array<std::uint64_t, 2> payload_after_{};
+  std::optional<std::uint64_t> close_after_;  ///< the same for shutdown's close frame
   std::uint64_t next_request_id_ = 1;
   std::uint32_t unanswered_ = 0;  ///< request frames sent whose response has not arrived
   wire::region_table regions_;
