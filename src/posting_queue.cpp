@@ -250,6 +250,26 @@ void posting_queue::abort_waiting() {
   }
 }
 
+void posting_queue::srq_destroyed() noexcept {
+  // Completions the device made before the SRQ went may still be in the CQ: polled first, they
+  // complete their requests with their results, and a request aborted below is never polled.
+  std::size_t polled = ~std::size_t{0};
+  engine_->drain_until(
+      [&] {
+        return in_flight_ == 0 || std::exchange(polled, engine_->completions_) == engine_->completions_;
+      },
+      std::chrono::milliseconds(1000));
+  while (operation* op = take_abandoned()) {
+    if (engine_->abandoned()) {
+      op->destroy(op);
+      continue;
+    }
+    op->cancelled = true;
+    op->status = IBV_WC_WR_FLUSH_ERR;
+    op->complete(op, true);
+  }
+}
+
 operation* posting_queue::take_abandoned() noexcept {
   if (operation* op = waiting_.pop()) return op;
   operation* op = posted_.pop();

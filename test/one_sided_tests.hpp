@@ -322,62 +322,74 @@ inline void reads_beside_streams_both_ways(asio::io_context& io, socket& a, sock
   BOOST_TEST(std::equal(data_a.begin(), data_a.end(), into_b.bytes.begin()));
 }
 
+namespace detail_one_sided {
+
+// More one-sided writes of a word each than the TCP fallback keeps unanswered, all started at
+// once: what a SEND or the end of the stream started after them must find in place.
+struct many_writes {
+  static constexpr std::size_t writes = 40;
+  guarded_region target;
+  local_memory words;
+  std::vector<outcome> wrote = std::vector<outcome>(writes);
+  std::uint64_t first;
+
+  many_writes(socket& a, socket& b, std::uint64_t first_value)
+      : target(b, 8 * writes, all_remote_rights), words(a, 8 * writes), first(first_value) {
+    for (std::size_t i = 0; i < writes; ++i) {
+      const std::uint64_t value = first + i;
+      std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
+    }
+    for (std::size_t i = 0; i < writes; ++i) {
+      a.async_write(words.slice(8 * i, 8), target.remote(8 * i, 8), record(wrote[i]));
+    }
+  }
+  std::size_t in_place() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < writes; ++i) n += target.word(8 * i) == first + i ? 1 : 0;
+    return n;
+  }
+  void check() {
+    for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
+    BOOST_TEST(target.guards_untouched());
+  }
+};
+
+}  // namespace detail_one_sided
+
 /// A message sent after many one-sided writes finds all of them in place when it arrives, as a
-/// reliable connection delivers a queue pair's requests in order (more writes than the TCP
-/// fallback keeps unanswered at once).
+/// reliable connection delivers a queue pair's requests in order.
 inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b) {
-  constexpr std::size_t writes = 40;
-  guarded_region target(b, 8 * writes, all_remote_rights);
-  local_memory words(a, 8 * writes);
-  for (std::size_t i = 0; i < writes; ++i) {
-    const std::uint64_t value = 1000 + i;
-    std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
-  }
-  std::vector<outcome> wrote(writes);
-  for (std::size_t i = 0; i < writes; ++i) {
-    a.async_write(words.slice(8 * i, 8), target.remote(8 * i, 8), record(wrote[i]));
-  }
+  detail_one_sided::many_writes w(a, b, 1000);
   outcome sent, received;
   std::size_t in_place = 0;
   std::array<char, 8> message{};
   b.async_receive(asio::buffer(message), [&](error_code ec, std::size_t n) {
     received = {true, ec, n};
-    for (std::size_t i = 0; i < writes; ++i) in_place += target.word(8 * i) == 1000 + i ? 1 : 0;
+    in_place = w.in_place();
   });
   a.async_send(asio::buffer("after", 5), record(sent));
-  run_until_done(io, [&] { return all_done(wrote) && sent.done && received.done; });
+  run_until_done(io, [&] { return all_done(w.wrote) && sent.done && received.done; });
   BOOST_TEST((!received.ec && received.value == 5u), received.ec.message());
-  BOOST_TEST(in_place == writes);
-  for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
-  BOOST_TEST(target.guards_untouched());
+  BOOST_TEST(in_place == w.writes);
+  w.check();
 }
 
 /// The end of the stream, too, comes after the writes started before it: the peer that reads
 /// eof finds all of them in place.
 inline void end_of_stream_after_many_writes(asio::io_context& io, socket& a, socket& b) {
-  constexpr std::size_t writes = 40;
-  guarded_region target(b, 8 * writes, all_remote_rights);
-  local_memory words(a, 8 * writes);
-  for (std::size_t i = 0; i < writes; ++i) {
-    const std::uint64_t value = 2000 + i;
-    std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
-  }
-  std::vector<outcome> wrote(writes);
-  for (std::size_t i = 0; i < writes; ++i) {
-    a.async_write(words.slice(8 * i, 8), target.remote(8 * i, 8), record(wrote[i]));
-  }
+  detail_one_sided::many_writes w(a, b, 2000);
   a.shutdown(asio::socket_base::shutdown_send);
   outcome end;
   std::size_t in_place = 0;
   std::array<char, 8> buf{};
   b.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
     end = {true, ec, n};
-    for (std::size_t i = 0; i < writes; ++i) in_place += target.word(8 * i) == 2000 + i ? 1 : 0;
+    in_place = w.in_place();
   });
-  run_until_done(io, [&] { return all_done(wrote) && end.done; });
+  run_until_done(io, [&] { return all_done(w.wrote) && end.done; });
   BOOST_TEST((end.ec == asio::error::eof), end.ec.message());
-  BOOST_TEST(in_place == writes);
-  for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
+  BOOST_TEST(in_place == w.writes);
+  w.check();
 }
 
 /// A message waits only for the operations started before it: one sent beside more operations

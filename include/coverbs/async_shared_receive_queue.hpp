@@ -11,7 +11,8 @@ namespace coverbs {
 
 /// Receives posted here are consumed by whichever attached QP gets a message first; they
 /// complete on the service's executor. Attach QPs by setting `queue_pair_options::srq` to
-/// `&native()`.
+/// `&native()`, and destroy them before the SRQ: its receives still posted then end with
+/// operation_aborted (destroyed first, the SRQ holds none of their buffers).
 class async_shared_receive_queue {
  public:
   /// Creates an SRQ in `pd` completing through `service`.
@@ -20,6 +21,12 @@ class async_shared_receive_queue {
       : srq_(pd, options),
         queue_(service.engine(), detail::posting_queue::kind::shared_receive, srq_.native_handle(),
                options.max_wr) {}
+  ~async_shared_receive_queue() {
+    // While a QP still uses it, the SRQ cannot go, nor can its receives be recalled.
+    if (srq_.destroy()) queue_.srq_destroyed();
+  }
+  async_shared_receive_queue(const async_shared_receive_queue&) = delete;
+  async_shared_receive_queue& operator=(const async_shared_receive_queue&) = delete;
 
   /// The underlying verbs SRQ.
   verbs::shared_receive_queue& native() noexcept { return srq_; }

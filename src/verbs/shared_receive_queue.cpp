@@ -14,4 +14,11 @@ shared_receive_queue::shared_receive_queue(const protection_domain& pd,
   if (!srq_) detail::throw_errno("ibv_create_srq");
 }
 
+bool shared_receive_queue::destroy() noexcept {
+  if (!srq_) return true;
+  if (ibv_destroy_srq(srq_.get()) != 0) return false;
+  (void)srq_.release();  // destroyed already
+  return true;
+}
+
 }  // namespace coverbs::verbs

@@ -168,6 +168,33 @@ BOOST_DATA_TEST_CASE(shared_receive_queue_feeds_two_queue_pairs, all_modes, mode
   BOOST_TEST(total == 7u);
 }
 
+BOOST_AUTO_TEST_CASE(destroying_an_srq_ends_its_posted_receives) {
+  // An SRQ has no error state to flush its receives: destroyed with one posted, it left the
+  // operation pending for ever (the context never ran out of work, the handler leaked).
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  completion_service service(io.get_executor(), env.dev);
+  std::optional<error_code> result;
+  std::weak_ptr<int> probe;
+  {
+    std::vector<std::byte> mem(64);
+    verbs::memory_region mr(pd, mem, verbs::access::local_write);  // outlives the SRQ
+    async_shared_receive_queue srq(service, pd);
+    auto owned = std::make_shared<int>();
+    probe = owned;
+    async_receive(srq, mr.slice(0, 64), [&result, owned](error_code ec, std::size_t) { result = ec; });
+    io.run_for(std::chrono::milliseconds(20));
+    BOOST_TEST(service.outstanding() == 1u);
+  }
+  io.restart();
+  io.run_for(std::chrono::seconds(5));
+  BOOST_TEST_REQUIRE(result.has_value());
+  BOOST_TEST((*result == asio::error::operation_aborted), result->message());
+  BOOST_TEST(service.outstanding() == 0u);
+  BOOST_TEST(probe.expired());
+}
+
 BOOST_AUTO_TEST_CASE(receive_on_a_queue_pair_fed_by_an_srq_is_refused) {
   // Its receives come from the SRQ, so its own receive queue has no room: a receive posted to
   // it waited for ever, keeping the context running.

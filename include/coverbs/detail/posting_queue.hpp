@@ -66,6 +66,10 @@ class posting_queue {
   void qp_in_error() noexcept;
   /// Receive queue: the send queue of the same QP, told when a receive fails.
   void pair_with(posting_queue& send_queue) noexcept { send_side_ = &send_queue; }
+  /// The SRQ this queue posts to is gone, taking its posted receives with it (an SRQ has no
+  /// error state to flush them): what completed before is polled and completed as usual, the
+  /// rest (and what waits) ends with operation_aborted, their buffers the callers' again.
+  void srq_destroyed() noexcept;
   /// For a completion engine that polls no more: takes out one request, queued or posted,
   /// for the caller to destroy (null when none is left).
   operation* take_abandoned() noexcept;

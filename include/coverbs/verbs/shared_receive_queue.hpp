@@ -24,6 +24,9 @@ class shared_receive_queue {
 
   /// The libibverbs handle.
   ibv_srq* native_handle() const noexcept { return srq_.get(); }
+  /// Destroys the SRQ now (as ibv_destroy_srq, which refuses while a QP uses it): true when
+  /// it is gone, and with it every receive posted to it.
+  bool destroy() noexcept;
   /// The sizes asked for.
   const shared_receive_queue_options& options() const noexcept { return options_; }
 
