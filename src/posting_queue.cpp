@@ -25,6 +25,11 @@ operation* chained_after(const operation& op, bool send) noexcept {
 bool signalled(const operation& op) noexcept {
   return (op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
 }
+// A request ended without the device, as if flushed after a cancel: operation_aborted.
+void mark_aborted(operation& op) noexcept {
+  op.cancelled = true;
+  op.status = IBV_WC_WR_FLUSH_ERR;
+}
 }  // namespace
 
 posting_queue::posting_queue(std::shared_ptr<completion_engine> engine, kind k, void* native,
@@ -205,10 +210,9 @@ class deferred_abort {
 
 void posting_queue::cancel(operation* op, boost::asio::cancellation_type type) {
   if (waiting_.erase(op)) {
-    op->cancelled = true;
+    mark_aborted(*op);
     // Posted, not completed here: cancel() runs inside the handler's cancellation slot, which
     // completing would clear under its own feet.
-    op->status = IBV_WC_WR_FLUSH_ERR;
     boost::asio::post(engine_->executor, deferred_abort(op));
     return;
   }
@@ -244,8 +248,7 @@ void posting_queue::qp_in_error() noexcept {
 
 void posting_queue::abort_waiting() {
   while (operation* op = waiting_.pop()) {
-    op->cancelled = true;
-    op->status = IBV_WC_WR_FLUSH_ERR;
+    mark_aborted(*op);
     op->complete(op, true);
   }
 }
@@ -264,8 +267,7 @@ void posting_queue::srq_destroyed() noexcept {
       op->destroy(op);
       continue;
     }
-    op->cancelled = true;
-    op->status = IBV_WC_WR_FLUSH_ERR;
+    mark_aborted(*op);
     op->complete(op, true);
   }
 }

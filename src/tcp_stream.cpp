@@ -33,12 +33,12 @@ constexpr std::size_t min_held_cost = 256;
 std::size_t held_cost(std::size_t slot_size) {
   return std::max(slot_size, min_held_cost);
 }
-// Responses this side can have queued while the peer keeps to its window of unanswered
-// requests: those not yet written (fewer than the window) and those written in a gathered
-// write that is still under way. Only a peer that ignores the window queues more.
 // Immediates of the peer's writes held for the application before reading pauses, as for
 // bytes: each is a frame the peer may send as often as it likes.
 constexpr std::size_t max_held_immediates = 1u << 16;
+// Responses this side can have queued while the peer keeps to its window of unanswered
+// requests: those not yet written (fewer than the window) and those written in a gathered
+// write that is still under way. Only a peer that ignores the window queues more.
 constexpr std::size_t max_queued_responses = tcp_stream::max_unanswered + tcp_stream::max_gathered_frames;
 // Non-blocking reads done inside read_frames before it goes back to the scheduler: handlers it
 // completes start the next read at once, which a peer writing faster than they read would keep
