@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
+#include <string>
+#include <system_error>
 
 #include "coverbs/detail/completion_engine.hpp"
 #include "coverbs/detail/invoke_handler.hpp"
@@ -375,6 +377,18 @@ void completion_engine::destroy_handlers() noexcept {
     if (op == nullptr) return;
     op->destroy(op);
   }
+}
+
+void completion_engine::reserve_entries(std::size_t entries) {
+  const auto capacity = static_cast<std::size_t>(cq.capacity());
+  if (entries > capacity - std::min(reserved_entries_, capacity)) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "coverbs: the queue needs " + std::to_string(entries) +
+                                " completion queue entries; the completion service has " +
+                                std::to_string(capacity - reserved_entries_) + " of " +
+                                std::to_string(capacity) + " left (completion_options::entries)");
+  }
+  reserved_entries_ += entries;
 }
 
 void completion_engine::attach(posting_queue& queue) noexcept {

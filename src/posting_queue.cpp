@@ -33,13 +33,15 @@ void mark_aborted(operation& op) noexcept {
 }  // namespace
 
 posting_queue::posting_queue(std::shared_ptr<completion_engine> engine, kind k, void* native,
-                             std::uint32_t capacity) noexcept
+                             std::uint32_t capacity)
     : engine_(std::move(engine)), kind_(k), native_(native), capacity_(capacity) {
+  engine_->reserve_entries(completion_entries());
   engine_->attach(*this);
 }
 
 posting_queue::~posting_queue() {
   engine_->detach(*this);
+  engine_->release_entries(completion_entries());
 }
 
 void posting_queue::submit(operation* op) {

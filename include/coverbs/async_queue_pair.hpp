@@ -16,11 +16,13 @@ class async_queue_pair {
  public:
   using executor_type = boost::asio::any_io_executor;
 
-  /// Creates a QP in `pd` whose send and receive queues complete through `service`.
+  /// Creates a QP in `pd` whose send and receive queues complete through `service`. Throws
+  /// std::system_error, also where the service's CQ has no room left for the QP's depths (see
+  /// completion_options::entries).
   async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
                    const verbs::queue_pair_options& options = {});
   /// Takes over `qp`, which must have been created with `service.queue()` as both CQs (for
-  /// example by rdma_cm's rdma_create_qp).
+  /// example by rdma_cm's rdma_create_qp). Throws as above.
   async_queue_pair(completion_service& service, verbs::queue_pair&& qp);
   /// Moves the QP to ERROR, waits (bounded) for the flush of requests in flight, and aborts
   /// queued ones: no handler is lost and no buffer is released while the device may use it.

@@ -23,8 +23,10 @@ struct initiate_receive {
 
 /// Posts a receive into `buffer` (registered with local write) and completes when a message
 /// lands in it. Completion: `void(error_code, std::size_t bytes_received)`. A message longer
-/// than `buffer` ends in `wc_errc::local_length`. Cancelling (terminal) moves the QP to ERROR
-/// and completes with `operation_aborted` once the device has flushed the receive.
+/// than `buffer` ends in `wc_errc::local_length`. A peer's write with immediate consumes a
+/// posted receive too, and completes it with 0 bytes (its data went to the written region; take
+/// immediates with `async_receive_immediate`). Cancelling (terminal) moves the QP to ERROR and
+/// completes with `operation_aborted` once the device has flushed the receive.
 template <class CompletionToken = detail::default_token>
 auto async_receive(async_queue_pair& qp, const verbs::local_buffer& buffer,
                    CompletionToken&& token = detail::default_token()) {

@@ -15,7 +15,8 @@ namespace coverbs {
 /// operation_aborted (destroyed first, the SRQ holds none of their buffers).
 class async_shared_receive_queue {
  public:
-  /// Creates an SRQ in `pd` completing through `service`.
+  /// Creates an SRQ in `pd` completing through `service`. Throws std::system_error, also where
+  /// the service's CQ has no room left for its depth.
   async_shared_receive_queue(completion_service& service, const verbs::protection_domain& pd,
                              const verbs::shared_receive_queue_options& options = {})
       : srq_(pd, options),

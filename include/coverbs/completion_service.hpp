@@ -35,7 +35,10 @@ struct completion_options {
   std::chrono::microseconds spin{50};
   /// Adaptive mode: the longest spin. Equal to `spin`, the spin is fixed.
   std::chrono::microseconds max_spin{1000};
-  int entries = 4096;                   ///< completion queue depth
+  /// Completion queue depth (the device may round it up). Each queue pair on the service
+  /// needs its send depth + 1 + its receive depth, each SRQ its depth: one past what is left
+  /// is refused with std::system_error, since an overflowing CQ fails every QP on it.
+  int entries = 4096;
   /// Event and adaptive modes: how long a wait for the completion channel may stand before
   /// the CQ is polled once, in case a completion raised no event. A device should never lose
   /// one, but some have (Soft-RoCE in Linux 6.1 decides whether to raise it outside the CQ's

@@ -105,6 +105,48 @@ BOOST_DATA_TEST_CASE(write_with_immediate_reaches_the_receiver, all_modes, mode)
   });
 }
 
+BOOST_AUTO_TEST_CASE(receive_taken_by_a_write_with_immediate_reports_no_bytes) {
+  // The work completion's byte_len counts the written bytes, which went to the target region:
+  // reported as received, they claimed data that the buffer never got.
+  async_pair p;
+  p.run([&]() -> asio::awaitable<void> {
+    std::fill_n(p.b_mem.begin(), 512, std::byte{0x77});
+    auto [received, written] =
+        co_await (async_receive(p.b, p.b_mr.slice(0, 512), asio::use_awaitable) &&
+                  async_write_with_immediate(p.a, p.a_mr.slice(0, 300), p.b_mr.remote(4096, 300), 9,
+                                             asio::use_awaitable));
+    BOOST_TEST(received == 0u);
+    BOOST_TEST(written == 300u);
+    BOOST_TEST(std::all_of(p.b_mem.begin(), p.b_mem.begin() + 512,
+                           [](std::byte x) { return x == std::byte{0x77}; }));
+  });
+}
+
+BOOST_AUTO_TEST_CASE(queue_pairs_beyond_the_completion_queue_are_refused) {
+  // Every request a QP has posted completes when it is flushed, at once: depths past the CQ's
+  // room let it overflow, which fails every QP on it.
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  completion_service service(io.get_executor(), env.dev, {.entries = 64});
+  const auto room = static_cast<std::uint32_t>(service.queue().capacity());
+  BOOST_TEST_REQUIRE(room >= 64u);
+  // send depth + 1 (the error marker) + receive depth
+  const verbs::queue_pair_options half{.max_send_wr = room / 2 - 1, .max_recv_wr = room / 2};
+  auto first = std::make_optional<async_queue_pair>(service, pd, half);
+  try {
+    async_queue_pair second(service, pd, half);
+    BOOST_ERROR("a second queue pair of the same depths was accepted");
+  } catch (const std::system_error& e) {
+    BOOST_TEST((e.code() == std::errc::invalid_argument), e.what());
+  }
+  const std::uint32_t left = room - 2 * (room / 2);
+  BOOST_CHECK_THROW(async_shared_receive_queue(service, pd, {.max_wr = left + 1}), std::system_error);
+  first.reset();  // gives its entries back
+  async_queue_pair again(service, pd, half);
+  BOOST_CHECK_THROW(async_shared_receive_queue(service, pd, {.max_wr = left + 1}), std::system_error);
+}
+
 BOOST_DATA_TEST_CASE(atomics_return_the_previous_value, all_modes, mode) {
   async_pair p({.mode = mode});
   p.run([&]() -> asio::awaitable<void> {

@@ -41,6 +41,11 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void destroy_handlers() noexcept override;
   /// True once destroy_handlers ran: the CQ is never polled again.
   bool abandoned() const noexcept { return abandoned_; }
+  /// Sets aside `entries` of the CQ for a queue that may have as many requests in flight
+  /// (each raises a completion at the latest when flushed). Throws std::system_error
+  /// (invalid_argument) where fewer are left: the CQ could overflow, which fails every QP on it.
+  void reserve_entries(std::size_t entries);
+  void release_entries(std::size_t entries) noexcept { reserved_entries_ -= entries; }
   /// Queues posting into this engine's CQ, found again by destroy_handlers.
   void attach(posting_queue& queue) noexcept;
   void detach(posting_queue& queue) noexcept;
@@ -115,6 +120,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   std::uint64_t waits_ = 0;          ///< waits begun
   std::uint64_t waits_at_tick_ = 0;  ///< `waits_` at the check's last tick
   posting_queue* queues_ = nullptr;
+  std::size_t reserved_entries_ = 0;  ///< reserve_entries' sum for the queues that exist
   bool active_ = false;
   bool closed_ = false;
   bool abandoned_ = false;

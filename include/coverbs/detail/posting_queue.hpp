@@ -18,8 +18,9 @@ class posting_queue {
  public:
   enum class kind { send, receive, shared_receive };
 
-  posting_queue(std::shared_ptr<completion_engine> engine, kind k, void* native,
-                std::uint32_t capacity) noexcept;
+  /// Reserves room in the engine's CQ for `capacity` requests (and a send queue's error
+  /// marker); throws std::system_error where the CQ has not that much left.
+  posting_queue(std::shared_ptr<completion_engine> engine, kind k, void* native, std::uint32_t capacity);
   ~posting_queue();
   posting_queue(const posting_queue&) = delete;
   posting_queue& operator=(const posting_queue&) = delete;
@@ -75,6 +76,8 @@ class posting_queue {
   operation* take_abandoned() noexcept;
 
   std::uint32_t in_flight() const noexcept { return in_flight_; }
+  /// CQ entries this queue can need at once: its depth, and a send queue's error marker.
+  std::size_t completion_entries() const noexcept { return capacity_ + (kind_ == kind::send ? 1 : 0); }
   completion_engine& engine() const noexcept { return *engine_; }
 
  private:

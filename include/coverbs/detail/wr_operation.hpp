@@ -34,9 +34,11 @@ inline error_code result_error(const operation& op) {
 /// Result policies: what value a completed operation hands to its handler.
 struct bytes_result {
   using value_type = std::size_t;
-  /// A failed request moved nothing the caller can rely on, as with Asio's sockets.
+  /// A failed request moved nothing the caller can rely on, as with Asio's sockets. Nor did a
+  /// receive that a peer's write with immediate consumed: its bytes went to the written region
+  /// (the work completion's byte_len counts them), none into the receive's buffer.
   static value_type value(const operation& op) noexcept {
-    return op.status == IBV_WC_SUCCESS && op.post_error == 0 ? op.byte_len : 0;
+    return op.status == IBV_WC_SUCCESS && op.post_error == 0 && !op.rdma_immediate ? op.byte_len : 0;
   }
 };
 struct immediate_result {
