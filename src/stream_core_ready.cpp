@@ -98,6 +98,9 @@ std::size_t stream_core::write_now(const_buffer_list buffers, bool message, erro
   ec = pending ? error_code(error::in_progress) : sending_refusal();
   if (!ec && message && size > max_message_size()) ec = error::message_size;
   if (ec || (!message && size == 0)) return 0;
+  // It starts now: after the one-sided requests started before it, as an asynchronous one
+  // does (a retry after would_block starts again, behind those started meanwhile).
+  payload_started(message);
   // transmit copies (the caller's memory is free on return); it takes none without a credit,
   // a buffer or room in the send queue.
   const std::size_t n = transmit(buffers, message);

@@ -19,6 +19,13 @@ bool is_atomic(kind k) {
   return k == kind::fetch_add || k == kind::compare_swap;
 }
 
+// Whether the request carries its local buffer's bytes; the others' results come back into it,
+// and are checked then, as a device checks a read's or atomic's local buffer only as it writes
+// the response there (the peer has done the read or atomic by then).
+bool sends_local(kind k) {
+  return k == kind::write || k == kind::write_with_immediate;
+}
+
 error_code check_atomic_arguments(const one_sided_request& r) {
   if (r.local.size < 8 || r.remote.length < 8) return make_error_code(errc::buffer_too_small);
   if (r.remote.address % 8 != 0 || reinterpret_cast<std::uintptr_t>(r.local.data) % 8 != 0) {
@@ -100,7 +107,20 @@ void tcp_stream::start_operation(one_sided_op op) {
 void tcp_stream::send_requests() {
   while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size() && unanswered_ < max_unanswered &&
          outgoing_bytes_ < max_outgoing_bytes) {
+    if (operations_.front().local_error && next_to_send_ != 0) break;  // failed as its result came
     one_sided_op& op = operations_[next_to_send_];
+    if (!op.local_error && sends_local(op.request.op)) op.local_error = local_access(op, op.sent);
+    if (op.local_error) {
+      // As a queue pair in error after it, nothing more goes out. Failing the connection here
+      // would complete handlers inside an initiating function (start_operation's).
+      if (next_to_send_ == 0 && op.answered == op.sent && !std::exchange(local_failure_posted_, true)) {
+        boost::asio::post(get_executor(), [self = shared_from_this()] {
+          self->local_failure_posted_ = false;
+          self->fail_on_local_error();
+        });
+      }
+      break;
+    }
     send_request_frame(op);
     if (op.sent == op.frames) {
       ++next_to_send_;
@@ -169,20 +189,54 @@ void tcp_stream::on_response() {
     // flushed. The peer's close frame follows; it is not waited for.
     return fail(error::eof, wire::to_error_code(header_.status), flushed(), frame_status::ok);
   }
+  const std::uint32_t part = op.answered++;
+  // A result goes into the caller's memory only while that is still registered.
+  if (header_.type != frame_type::write_response && !op.local_error) op.local_error = local_access(op, part);
+  if (op.local_error) {
+    fail_on_local_error();  // once every part sent is answered
+    return;
+  }
   std::uint64_t value = op.request.local.size;
   if (header_.type == frame_type::read_response && header_.length != 0) {
-    std::memcpy(static_cast<std::byte*>(op.request.local.data) + std::uint64_t{op.answered} * limit_,
+    std::memcpy(static_cast<std::byte*>(op.request.local.data) + std::uint64_t{part} * limit_,
                 scratch_.data(), header_.length);
   } else if (header_.type == frame_type::atomic_response) {
     value = header_.compare_add;
     std::memcpy(op.request.local.data, &value, sizeof value);
   }
-  if (++op.answered < op.frames) return requests_sent_on();
+  if (op.answered < op.frames) return requests_sent_on();
   one_sided_op done = std::move(operations_.front());
   operations_.pop_front();
   --next_to_send_;
   requests_sent_on();
   finish(done, {}, value, false);
+  fail_on_local_error();  // the next one failed its check while this one was unanswered
+}
+
+bool tcp_stream::fail_on_local_error() {
+  if (broken_ || operations_.empty()) return false;
+  const one_sided_op& head = operations_.front();
+  if (!head.local_error || head.answered != head.sent) return false;
+  // The peer is healthy, but this side's connection is in error now, as the QP would be: the
+  // failing close tells it so, and it flushes what it has outstanding here.
+  fail(error::eof, head.local_error, flushed(), frame_status::remote_operation);
+  return true;
+}
+
+// A device checks the local key, bounds and right of a request's local buffer as it reads from
+// it (a write's) or writes into it (a read's or atomic's result), and fails the request with a
+// local protection error; nothing is checked for an empty buffer, which touches no memory.
+// `part` is the frame whose bytes are read or written.
+error_code tcp_stream::local_access(const one_sided_op& op, std::uint32_t part) const noexcept {
+  const verbs::local_buffer& local = op.request.local;
+  if (local.size == 0) return {};
+  const bool atomic = is_atomic(op.request.op);
+  const std::uint64_t offset = atomic ? 0 : std::uint64_t{part} * limit_;
+  const std::uint64_t length = atomic ? sizeof(std::uint64_t) : part_length(op, part);
+  const error_code ec =
+      regions_.check(local.lkey, reinterpret_cast<std::uint64_t>(local.data) + offset, length,
+                     sends_local(op.request.op) ? verbs::access::none : verbs::access::local_write);
+  return ec ? error_code(make_error_code(wc_errc::local_protection)) : error_code{};
 }
 
 // A response opened the window: more requests go out, and then a write or message that waited
@@ -202,10 +256,12 @@ void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bo
 
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights,
                                           std::uint32_t& lkey, remote_buffer& remote) {
-  lkey = 0;
   answers_peer_ = true;
   want_input();
   remote = regions_.register_region(memory, rights);
+  // One key for both sides (a device gives two): the table checks local uses as it checks the
+  // peer's, and a key of another connection's table is as unknown here as its lkey to this PD.
+  lkey = remote.rkey;
   return remote.rkey;  // unique while registered, so it is the handle too
 }
 

@@ -374,6 +374,34 @@ inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b
   w.check();
 }
 
+/// So does one sent without blocking: a send that found the writes unsent (would_block) and
+/// waited for wait_write goes out behind them.
+inline void nonblocking_message_after_many_writes(asio::io_context& io, socket& a, socket& b) {
+  detail_one_sided::many_writes w(a, b, 3000);
+  outcome received;
+  std::size_t in_place = 0;
+  std::array<char, 8> message{};
+  b.async_receive(asio::buffer(message), [&](error_code ec, std::size_t n) {
+    received = {true, ec, n};
+    in_place = w.in_place();
+  });
+  a.non_blocking(true);
+  error_code ec;
+  std::size_t sent = a.send(asio::buffer("after", 5), 0, ec);
+  while (ec == asio::error::would_block) {
+    outcome writable;
+    a.async_wait(asio::socket_base::wait_write, [&](error_code e) { writable = {true, e, 0}; });
+    run_until_done(io, [&] { return writable.done; });
+    BOOST_TEST_REQUIRE(!writable.ec, writable.ec.message());
+    sent = a.send(asio::buffer("after", 5), 0, ec);
+  }
+  BOOST_TEST((!ec && sent == 5u), ec.message());
+  run_until_done(io, [&] { return all_done(w.wrote) && received.done; });
+  BOOST_TEST((!received.ec && received.value == 5u), received.ec.message());
+  BOOST_TEST(in_place == w.writes);
+  w.check();
+}
+
 /// The end of the stream, too, comes after the writes started before it: the peer that reads
 /// eof finds all of them in place.
 inline void end_of_stream_after_many_writes(asio::io_context& io, socket& a, socket& b) {
@@ -535,6 +563,81 @@ inline void refused_operation_fails_the_connection(asio::io_context& io, socket&
   BOOST_TEST(target.untouched());
 }
 
+/// Ways to give an operation a local buffer that its connection did not register, which the
+/// device checks as it reads or writes that buffer: each is `wc_errc::local_protection`.
+enum class local_violation {
+  deregistered_source,         ///< a write from memory deregistered before it started
+  source_past_the_end,         ///< a write from bytes running past its registration
+  wrong_key_target,            ///< a read into registered memory, under a key it does not have
+  atomic_result_past_the_end,  ///< an atomic whose result would land just past a registration
+};
+
+/// A request whose local buffer fails that check completes with local_protection, touching no
+/// local byte, after the request started before it and before the one behind it, which is
+/// flushed; this side's streams end, as its queue pair is in error. A write sends nothing; an
+/// atomic fails only once its result is back, so the peer has applied it.
+inline void local_violation_fails_the_connection(asio::io_context& io, socket& a, socket& b,
+                                                 local_violation v) {
+  guarded_region target(b, 4096, all_remote_rights), spare(b, 64, all_remote_rights);
+  local_memory local(a, 4096), good(a, 64);
+  std::fill(target.region().begin(), target.region().end(), std::byte{0x5a});
+  outcome before, bad, after;
+  a.async_write(good.slice(0, 64), spare.remote(0, 64), record(before));
+  switch (v) {
+    case local_violation::deregistered_source: {
+      const verbs::local_buffer stale = local.slice(0, 256);
+      local.registration = registered_memory();
+      a.async_write(stale, target.remote(0, 256), record(bad));
+      break;
+    }
+    case local_violation::source_past_the_end:
+      a.async_write({local.bytes.data() + 4000, 256, local.slice(0, 0).lkey}, target.remote(0, 256),
+                    record(bad));
+      break;
+    case local_violation::wrong_key_target: {
+      verbs::local_buffer forged = local.slice(0, 64);
+      forged.lkey ^= 0x80;  // rxe's key byte; over TCP a random key's bit
+      a.async_read(forged, target.remote(0, 64), record(bad));
+      break;
+    }
+    case local_violation::atomic_result_past_the_end: {
+      verbs::local_buffer past = local.slice(4088, 8);
+      past.data = static_cast<std::byte*>(past.data) + 8;
+      a.async_fetch_add(past, target.remote(0, 8), 1, record(bad));
+      break;
+    }
+  }
+  a.async_write(good.slice(0, 8), spare.remote(0, 8), record(after));
+  run_until_done(io, [&] { return before.done && bad.done && after.done; });
+  BOOST_TEST(!before.ec, before.ec.message());
+  // Soft-RoCE answers a send-side lkey it does not know with a local QP operation error (its
+  // copy_data fails with EINVAL there; bounds with EFAULT, a protection error); the IB spec,
+  // mlx5 and the TCP fallback with a local protection error.
+  const bool unknown_source_key =
+      v == local_violation::deregistered_source && a.transport_in_use() == transport::rdma;
+  BOOST_TEST((bad.ec == make_error_code(wc_errc::local_protection) ||
+              (unknown_source_key && bad.ec == make_error_code(wc_errc::local_qp_operation))),
+             bad.ec.message());
+  BOOST_TEST(bad.value == 0u);
+  BOOST_TEST((after.ec == make_error_code(wc_errc::flushed)), after.ec.message());
+  std::uint64_t first_word = 0x5a5a5a5a5a5a5a5a;
+  if (v == local_violation::atomic_result_past_the_end) ++first_word;
+  BOOST_TEST(target.word(0) == first_word);
+  BOOST_TEST(all_bytes(target.region().subspan(8), std::byte{0x5a}));
+  BOOST_TEST(target.guards_untouched());
+  BOOST_TEST(local.untouched());
+
+  std::array<char, 8> buf{};
+  outcome read, wrote, later;
+  a.async_read_some(asio::buffer(buf), record(read));
+  a.async_write_some(asio::buffer("x", 1), record(wrote));
+  a.async_write(good.slice(0, 8), spare.remote(0, 8), record(later));
+  run_until_done(io, [&] { return read.done && wrote.done && later.done; });
+  BOOST_TEST((read.ec == asio::error::eof), read.ec.message());
+  BOOST_TEST((wrote.ec == asio::error::broken_pipe), wrote.ec.message());
+  BOOST_TEST((later.ec == make_error_code(wc_errc::flushed)), later.ec.message());
+}
+
 /// Arguments the requester can see are wrong are refused before anything is sent, with the
 /// handler posted, and the connection stays fully usable.
 inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, socket& b) {
@@ -648,6 +751,10 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
     Pair p;                                                                   \
     coverbs::test::message_after_many_writes(p.io, p.a, p.b);                 \
   }                                                                           \
+  BOOST_AUTO_TEST_CASE(nonblocking_message_after_many_writes) {               \
+    Pair p;                                                                   \
+    coverbs::test::nonblocking_message_after_many_writes(p.io, p.a, p.b);     \
+  }                                                                           \
   BOOST_AUTO_TEST_CASE(end_of_stream_after_many_writes) {                     \
     Pair p;                                                                   \
     coverbs::test::end_of_stream_after_many_writes(p.io, p.a, p.b);           \
@@ -671,10 +778,21 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
   COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                   \
   COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)               \
   COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                        \
-  COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)
+  COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)                               \
+  COVERBS_ONE_SIDED_LOCAL(Pair, deregistered_source)                          \
+  COVERBS_ONE_SIDED_LOCAL(Pair, source_past_the_end)                          \
+  COVERBS_ONE_SIDED_LOCAL(Pair, wrong_key_target)                             \
+  COVERBS_ONE_SIDED_LOCAL(Pair, atomic_result_past_the_end)
 
 #define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                              \
   BOOST_AUTO_TEST_CASE(refused_##name) {                                                                   \
     Pair p;                                                                                                \
     coverbs::test::refused_operation_fails_the_connection(p.io, p.a, p.b, coverbs::test::violation::name); \
+  }
+
+#define COVERBS_ONE_SIDED_LOCAL(Pair, name)                                                    \
+  BOOST_AUTO_TEST_CASE(local_##name) {                                                         \
+    Pair p;                                                                                    \
+    coverbs::test::local_violation_fails_the_connection(p.io, p.a, p.b,                        \
+                                                        coverbs::test::local_violation::name); \
   }

@@ -61,6 +61,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
     std::uint32_t frames = 0;  // frames it needs; known once the payload limit is
     std::uint32_t sent = 0;
     std::uint32_t answered = 0;
+    /// Its local buffer failed the lkey check (local_access): nothing of it or after it goes
+    /// out, and it fails the connection once the frames before it are answered.
+    error_code local_error{};
   };
   struct outgoing_frame {
     std::vector<std::byte> bytes;
@@ -73,7 +76,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   void release(std::uint32_t tag) override;
   void immediate_taken() override;
-  bool writable() const noexcept override { return takes_payload(false); }
+  /// Both kinds: a non-blocking send that found its requests unsent waits with wait_write too.
+  bool writable() const noexcept override { return takes_payload(false) && takes_payload(true); }
   void payload_started(bool message) noexcept override { payload_after_[message] = requests_started_; }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
@@ -126,6 +130,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void on_response();
   std::uint32_t part_length(const one_sided_op& op, std::uint32_t part) const noexcept;
   void finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer);
+  /// The checks a device makes of a request's local buffer before its part `part` (0-based)
+  /// touches it: the lkey names one of this connection's regions, holding those bytes.
+  error_code local_access(const one_sided_op& op, std::uint32_t part) const noexcept;
+  /// If the oldest operation failed its local check and nothing of it is unanswered, fails the
+  /// connection as a queue pair in error after a local protection error.
+  bool fail_on_local_error();
 
   // Sending.
   std::vector<std::byte> take_frame(std::size_t payload);
@@ -234,6 +244,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::optional<std::uint64_t> close_after_;  ///< the same for shutdown's close frame
   std::uint64_t next_request_id_ = 1;
   std::uint32_t unanswered_ = 0;  ///< request frames sent whose response has not arrived
+  bool local_failure_posted_ = false;  ///< fail_on_local_error is on its way (send_requests)
   wire::region_table regions_;
 };
 
