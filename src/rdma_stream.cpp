@@ -239,6 +239,14 @@ void rdma_stream::release(std::uint32_t tag) {
   send_control_messages();
 }
 
+void rdma_stream::immediate_taken() {
+  while (!held_receives_.empty() && immediates_held() < max_held_immediates) {
+    const std::uint32_t index = held_receives_.back();
+    held_receives_.pop_back();
+    release(index);
+  }
+}
+
 void rdma_stream::send_control_messages() {
   if (closed_ || failed()) return;
   send_fin();
@@ -258,8 +266,11 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   }
   if (r.rdma_immediate) {
     // A peer's write_with_immediate took a receive (and one of its credits); the data it
-    // wrote is in place now, so the immediate can be handed out and the buffer returned.
+    // wrote is in place now, so the immediate can be handed out and the buffer returned,
+    // unless too many wait to be taken: kept, it is a credit the peer goes without, and once
+    // it has none its sends wait too (as TCP's stop when reading stops).
     deliver_immediate(r.imm);
+    if (immediates_held() >= max_held_immediates) return held_receives_.push_back(index);
     return release(index);
   }
   credits_ += r.imm & stream_imm::credits_mask;

@@ -33,9 +33,6 @@ constexpr std::size_t min_held_cost = 256;
 std::size_t held_cost(std::size_t slot_size) {
   return std::max(slot_size, min_held_cost);
 }
-// Immediates of the peer's writes held for the application before reading pauses, as for
-// bytes: each is a frame the peer may send as often as it likes.
-constexpr std::size_t max_held_immediates = 1u << 16;
 // Responses this side can have queued while the peer keeps to its window of unanswered
 // requests: those not yet written (fewer than the window) and those written in a gathered
 // write that is still under way. Only a peer that ignores the window queues more.

@@ -84,6 +84,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   struct receive_done;
   struct send_done;
   void release(std::uint32_t tag) override;
+  void immediate_taken() override;
   bool writable() const noexcept override {
     return !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_;
   }
@@ -173,6 +174,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// Regions deregistered while a direct send may still read them: freed when none is left.
   std::vector<std::unique_ptr<verbs::memory_region>> retired_regions_;
   fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
+  /// Receives that writes with immediate took while max_held_immediates were held: re-posted
+  /// (and their credits returned) as the application takes immediates.
+  std::vector<std::uint32_t> held_receives_;
 };
 
 }  // namespace coverbs::detail

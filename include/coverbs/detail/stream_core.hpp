@@ -44,6 +44,10 @@ using default_socket_token = boost::asio::default_completion_token_t<boost::asio
 
 class stream_core : public handler_holder {
  public:
+  /// Where a transport stops taking the peer's writes with immediate (TCP stops reading, RDMA
+  /// re-posting their receives) until some are taken: the peer may send them as often as it
+  /// likes, each costing memory here.
+  static constexpr std::size_t max_held_immediates = 1u << 16;
   enum class op { read, write, receive, send, wait_read, wait_write, wait_error };
 
   explicit stream_core(boost::asio::any_io_executor executor)
