@@ -156,7 +156,7 @@ auto register_if_possible(Socket& s, std::span<std::byte> data, bool wanted) {
 template <class Messages>
 struct pingpong {
   std::size_t size, warmup, count;
-  std::vector<double> samples;
+  latency_samples samples;
   double allocations_per_trip = 0;  ///< both sides, measured iterations only
   bool register_buffers = false;    ///< each side registers the buffer it sends from
 
@@ -188,7 +188,7 @@ struct pingpong {
         throw std::runtime_error("short reply");
       }
       const auto t1 = clock_type::now();
-      if (i >= warmup) samples.push_back(micros(t1 - t0) / 2);
+      if (i >= warmup) samples.add(micros(t1 - t0) / 2);
       t0 = t1;
     }
     allocations_per_trip = static_cast<double>(allocations.load() - allocated) / static_cast<double>(count);
@@ -245,11 +245,12 @@ struct stream {
 
 /// Echo: each client does `count` round trips of `size` bytes (write, then read it all
 /// back); the server echoes whatever it reads, as a typical Asio echo server does. Samples
-/// are whole round trips in µs; the rate counts all connections from the start.
+/// are whole round trips in µs, all connections' together (reserve room for them before the
+/// run); the rate counts all connections from the start.
 struct echo {
   std::size_t size, warmup, count;
   std::mutex mutex;
-  std::vector<double> samples;
+  latency_samples samples;  ///< every client's, added unlocked: the clients share a thread
   clock_type::time_point end;
 
   template <class Socket>
@@ -266,17 +267,14 @@ struct echo {
   template <class Socket>
   awaitable<void> client(Socket& s, std::size_t) {
     std::vector<std::byte> out(size, std::byte{0x3c}), in(size);
-    std::vector<double> mine;
-    mine.reserve(count);
     for (std::size_t i = 0; i < warmup + count; ++i) {
       const auto t0 = clock_type::now();
       co_await asio::async_write(s, asio::buffer(out), use_awaitable);
       co_await asio::async_read(s, asio::buffer(in), use_awaitable);
-      if (i >= warmup) mine.push_back(micros(clock_type::now() - t0));
+      if (i >= warmup) samples.add(micros(clock_type::now() - t0));
     }
     s.close();
     std::lock_guard lock(mutex);  // the clients share a thread; the lock is for the reader
-    samples.insert(samples.end(), mine.begin(), mine.end());
     end = clock_type::now();
   }
 };

@@ -25,7 +25,8 @@ constexpr std::string_view usage_tail =
     "  --ops LIST      send: message ping-pong, half a round trip per sample, as ib_send_lat;\n"
     "                  read, write: one-sided READ/WRITE on the socket (over TCP, the peer's\n"
     "                  library answers them), post to completion per sample (default send)\n"
-    "  --iterations N  measured samples per case (default 1000)\n"
+    "  --iterations N  measured samples per case (default 1000); past a million, the\n"
+    "                  percentiles are a random million's\n"
     "  --warmup N      unmeasured samples first (default 50)\n"
     "  --copy-sends    ping-pong over RDMA: messages are copied into the socket's send buffers\n"
     "                  (default: each side registers the buffer it sends from and sets the\n"
@@ -86,7 +87,7 @@ options parse(int argc, char** argv) {
 struct one_sided {
   bool read;
   std::size_t size, warmup, count;
-  std::vector<double> samples;
+  latency_samples samples;
 
   awaitable<void> serve(coverbs::socket& s, std::size_t) {
     std::vector<std::byte> memory(size);
@@ -115,18 +116,18 @@ struct one_sided {
         co_await s.async_write(local, remote, use_awaitable);
       }
       const auto t1 = clock_type::now();
-      if (i >= warmup) samples.push_back(micros(t1 - t0));
+      if (i >= warmup) samples.add(micros(t1 - t0));
       t0 = t1;
     }
     s.close();
   }
 };
 
-void report(const case_id& c, std::vector<double>& samples) {
+void report(const case_id& c, latency_samples& samples) {
   emit_latency(c, samples);
   std::printf("%-6s %-5s %-8s %7zu B  p50 %10.1f  p99 %10.1f  p99.9 %10.1f us\n",
               std::string(c.bench).c_str(), std::string(c.transport).c_str(), std::string(c.mode).c_str(),
-              c.size, percentile(samples, 0.5), percentile(samples, 0.99), percentile(samples, 0.999));
+              c.size, samples.percentile(0.5), samples.percentile(0.99), samples.percentile(0.999));
 }
 
 }  // namespace
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
       for (auto mode : o.net.effective_modes()) {
         for (std::size_t size : o.sizes) {
           shared_state state;
-          std::vector<double> samples;
+          latency_samples samples;
           std::optional<double> allocs;
           if (op == "send") {
             pingpong<socket_messages> p{size, o.warmup, o.iterations, {}};

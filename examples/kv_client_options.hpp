@@ -48,8 +48,10 @@ constexpr std::string_view usage =
     "                       that torn reads happen: against a server whose writes stay open long\n"
     "                       enough to be caught (kv_server --write-window-us 200) the run then\n"
     "                       fails, reporting them\n"
-    "  --                   ends the options: all that follows is the command and its arguments,\n"
-    "                       so a KEY or VALUE may begin with '-' (put -- KEY --VALUE)\n"
+    "  --                   ends the options: all that follows is the command and its arguments.\n"
+    "                       Options are read after the command too (get --two-sided KEY), so a\n"
+    "                       KEY or VALUE that begins with '-' goes after '--': put KEY -- -h\n"
+    "                       stores '-h' (put KEY -h shows this help)\n"
     "bench and stress show their progress: each second on a terminal, elsewhere every 5 s on\n"
     "stderr. Latency percentiles are nearest rank (past a million GETs, of a random million).\n"
     "Exit status: 0 success, 1 not found or any failure, 2 bad arguments.\n";
@@ -64,10 +66,19 @@ struct options {
   kv::stress_options stress;
 };
 
+/// Options are read after the command word too (bench --ops N, get --two-sided KEY), so a KEY
+/// or VALUE that looks like one is taken as one; where that may be why a command line fails,
+/// the message points to '--'.
+constexpr std::string_view dash_dash_hint = "a KEY or VALUE that begins with '-' goes after '--'";
+
 inline options parse(int argc, char** argv) {
   options o;
   bool keys_given = false, size_given = false, only_operands = false;
+  std::string option_after_command;  // the first after put, get or del: perhaps a KEY or VALUE
   cli::arguments args(program, argc, argv);
+  const auto takes_operands = [&] {
+    return !o.command.empty() && (o.command[0] == "put" || o.command[0] == "get" || o.command[0] == "del");
+  };
   auto count = [&](std::size_t low, std::size_t high, const char* what) {
     const auto n = cli::number(args.value(), low, high);
     if (!n) args.bad_value(what);
@@ -75,6 +86,9 @@ inline options parse(int argc, char** argv) {
   };
   while (args.next()) {
     const auto arg = args.current();
+    // Every option but -h (which exits) begins with "--"; other words are operands.
+    const bool option = !only_operands && arg.size() > 2 && arg.starts_with("--");
+    if (option && takes_operands() && option_after_command.empty()) option_after_command = arg;
     if (only_operands) {
       o.command.emplace_back(arg);
     } else if (arg == "--") {  // as file_client takes it
@@ -110,7 +124,8 @@ inline options parse(int argc, char** argv) {
     } else if (arg == "--seconds") {
       o.stress.duration = std::chrono::seconds(count(1, 86400, "a number of seconds from 1 to 86400"));
     } else if (arg.starts_with("--")) {
-      cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
+      const std::string hint = takes_operands() ? " (" + std::string(dash_dash_hint) + ")" : "";
+      cli::usage_error(program, "unknown option '" + std::string(arg) + "'" + hint);
     } else {
       o.command.emplace_back(arg);
     }
@@ -122,7 +137,11 @@ inline options parse(int argc, char** argv) {
   const auto it = arity.find(o.command[0]);
   if (it == arity.end()) cli::usage_error(program, "unknown command '" + o.command[0] + "'");
   if (o.command.size() != it->second) {
-    cli::usage_error(program, o.command[0] + " takes " + std::to_string(it->second - 1) + " argument(s)");
+    std::string message = o.command[0] + " takes " + std::to_string(it->second - 1) + " argument(s)";
+    if (!option_after_command.empty()) {
+      message += "; '" + option_after_command + "' was read as an option: " + std::string(dash_dash_hint);
+    }
+    cli::usage_error(program, message);
   }
   static const std::set<std::string> malformed_kinds = {"short",        "version", "op",      "key-length",
                                                         "value-length", "length",  "oversize"};

@@ -4,7 +4,8 @@
 # a device or the network. The benchmarks that listen name the address they could not use.
 # Usage: command_lines_test.sh PROGRAM...
 # Where the programs are given together, also what their options promise once they run, over
-# TCP on 127.0.0.1: list options refuse empty lists and elements; kv_client takes '--'; what
+# TCP on 127.0.0.1: list options refuse empty lists and elements; kv_client takes '--' and
+# points to it where an option after the command may have been meant as a KEY or VALUE; what
 # the clients report (nearest-rank percentiles, progress off a terminal, a lost server named as
 # such); file_server's send buffers; bench/run's and bench/file_transfer_bench's command lines.
 [ $# -gt 0 ] || { sed -n '2,5s/^# //p' "$0" >&2; exit 2; }
@@ -159,7 +160,17 @@ if [ -n "${given[kv_server]:-}" ] && [ -n "${given[kv_client]:-}" ]; then
         kv_check "-- put -k --x: a key and a value that look like options" 0 "kv_client: stored '-k' (3 bytes)" \
             -- put -k --x
         kv_check "get -- -k" 0 "--x" get -- -k
-        kv_check "an option before '--' still is one" 2 "kv_client: unknown option '--x'" put k --x
+        # Options are read after the command too (bench --ops N, get --two-sided KEY), so there
+        # -h is the help and '--x' an option; the help and the errors point to '--'.
+        dash_dash="a KEY or VALUE that begins with '-' goes after '--'"
+        kv_check "an option before '--' still is one, and the error names '--'" 2 \
+            "kv_client: unknown option '--x' ($dash_dash)" put k --x
+        kv_check "put k --two-sided: the error names the option and '--'" 2 \
+            "kv_client: put takes 2 argument(s); '--two-sided' was read as an option: $dash_dash" \
+            put k --two-sided
+        kv_check "put h -h shows the help, which says how to store '-h'" 0 \
+            "                       stores '-h' (put KEY -h shows this help)" put h -h
+        kv_check "put h -h stores nothing" 1 "kv_client: not found: h" get h
 
         # Nearest rank: of 2 GETs each way, p50 is the faster and p99 the slower one, so one row
         # at least shows them apart (rounding down gave p99 = p50, the faster, in both).
