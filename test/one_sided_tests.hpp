@@ -348,6 +348,15 @@ struct many_writes {
     for (std::size_t i = 0; i < writes; ++i) n += target.word(8 * i) == first + i ? 1 : 0;
     return n;
   }
+  std::size_t in_place_on_arrival = 0;
+  /// A handler for what the peer reads or receives after the writes: it records `o` and how
+  /// many writes were in place by then.
+  auto arrival(outcome& o) {
+    return [this, &o](error_code ec, std::size_t n) {
+      o = {true, ec, n};
+      in_place_on_arrival = in_place();
+    };
+  }
   void check() {
     for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
     BOOST_TEST(target.guards_untouched());
@@ -361,16 +370,12 @@ struct many_writes {
 inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b) {
   detail_one_sided::many_writes w(a, b, 1000);
   outcome sent, received;
-  std::size_t in_place = 0;
   std::array<char, 8> message{};
-  b.async_receive(asio::buffer(message), [&](error_code ec, std::size_t n) {
-    received = {true, ec, n};
-    in_place = w.in_place();
-  });
+  b.async_receive(asio::buffer(message), w.arrival(received));
   a.async_send(asio::buffer("after", 5), record(sent));
   run_until_done(io, [&] { return all_done(w.wrote) && sent.done && received.done; });
   BOOST_TEST((!received.ec && received.value == 5u), received.ec.message());
-  BOOST_TEST(in_place == w.writes);
+  BOOST_TEST(w.in_place_on_arrival == w.writes);
   w.check();
 }
 
@@ -379,12 +384,8 @@ inline void message_after_many_writes(asio::io_context& io, socket& a, socket& b
 inline void nonblocking_message_after_many_writes(asio::io_context& io, socket& a, socket& b) {
   detail_one_sided::many_writes w(a, b, 3000);
   outcome received;
-  std::size_t in_place = 0;
   std::array<char, 8> message{};
-  b.async_receive(asio::buffer(message), [&](error_code ec, std::size_t n) {
-    received = {true, ec, n};
-    in_place = w.in_place();
-  });
+  b.async_receive(asio::buffer(message), w.arrival(received));
   a.non_blocking(true);
   error_code ec;
   std::size_t sent = a.send(asio::buffer("after", 5), 0, ec);
@@ -398,7 +399,7 @@ inline void nonblocking_message_after_many_writes(asio::io_context& io, socket& 
   BOOST_TEST((!ec && sent == 5u), ec.message());
   run_until_done(io, [&] { return all_done(w.wrote) && received.done; });
   BOOST_TEST((!received.ec && received.value == 5u), received.ec.message());
-  BOOST_TEST(in_place == w.writes);
+  BOOST_TEST(w.in_place_on_arrival == w.writes);
   w.check();
 }
 
@@ -408,15 +409,11 @@ inline void end_of_stream_after_many_writes(asio::io_context& io, socket& a, soc
   detail_one_sided::many_writes w(a, b, 2000);
   a.shutdown(asio::socket_base::shutdown_send);
   outcome end;
-  std::size_t in_place = 0;
   std::array<char, 8> buf{};
-  b.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
-    end = {true, ec, n};
-    in_place = w.in_place();
-  });
+  b.async_read_some(asio::buffer(buf), w.arrival(end));
   run_until_done(io, [&] { return all_done(w.wrote) && end.done; });
   BOOST_TEST((end.ec == asio::error::eof), end.ec.message());
-  BOOST_TEST(in_place == w.writes);
+  BOOST_TEST(w.in_place_on_arrival == w.writes);
   w.check();
 }
 
