@@ -213,14 +213,13 @@ void tcp_stream::on_response() {
   fail_on_local_error();  // the next one failed its check while this one was unanswered
 }
 
-bool tcp_stream::fail_on_local_error() {
-  if (broken_ || operations_.empty()) return false;
+void tcp_stream::fail_on_local_error() {
+  if (broken_ || operations_.empty()) return;
   const one_sided_op& head = operations_.front();
-  if (!head.local_error || head.answered != head.sent) return false;
+  if (!head.local_error || head.answered != head.sent) return;
   // The peer is healthy, but this side's connection is in error now, as the QP would be: the
   // failing close tells it so, and it flushes what it has outstanding here.
   fail(error::eof, head.local_error, flushed(), frame_status::remote_operation);
-  return true;
 }
 
 // A device checks the local key, bounds and right of a request's local buffer as it reads from

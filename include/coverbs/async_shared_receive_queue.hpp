@@ -11,7 +11,9 @@ namespace coverbs {
 
 /// Receives posted here are consumed by whichever attached QP gets a message first; they
 /// complete on the service's executor. Attach QPs by setting `queue_pair_options::srq` to
-/// `&native()`, and destroy them before the SRQ: its receives still posted then end with
+/// `&native()` on QPs of the same completion_service (a receive completes on the CQ of the QP
+/// that took it, whose service reserved room for the SRQ's depth), and destroy them before the
+/// SRQ: its receives still posted then end with
 /// operation_aborted (destroyed first, the SRQ holds none of their buffers).
 class async_shared_receive_queue {
  public:

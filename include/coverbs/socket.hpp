@@ -476,7 +476,9 @@ class socket : public boost::asio::socket_base {
 
   /// RDMA READ of `local.size` bytes from the start of `remote` into `local` (a slice of this
   /// socket's registered memory). Completion: `void(error_code, std::size_t)`. A wrong key,
-  /// bounds or rights give `wc_errc::remote_access` on both transports. More operations than
+  /// bounds or rights give `wc_errc::remote_access` on both transports; a `local` that is not
+  /// (or no longer) this socket's registered memory, `wc_errc::local_protection`. Either
+  /// leaves the connection in error, as it leaves an RC queue pair. More operations than
   /// the queue holds wait for a slot; past `options().max_outstanding_operations` one-sided
   /// operations complete with `errc::too_many_operations`.
   template <class CompletionToken = detail::default_socket_token>
@@ -493,7 +495,9 @@ class socket : public boost::asio::socket_base {
                     std::forward<CompletionToken>(token));
   }
   /// RDMA WRITE, then the peer's `async_receive_immediate` completes with `immediate`, by
-  /// which time the data is visible there.
+  /// which time the data is visible there. A peer holding 65,536 immediates nobody took takes
+  /// no more until its application takes some: this one (and, as they share receive credits
+  /// or the connection, this side's sends) waits meanwhile.
   template <class CompletionToken = detail::default_socket_token>
   auto async_write_with_immediate(const verbs::local_buffer& local, const remote_buffer& remote,
                                   std::uint32_t immediate,

@@ -34,7 +34,7 @@ using wait_handler = erased_handler<void(error_code)>;
 struct one_sided_request {
   enum class kind { read, write, write_with_immediate, fetch_add, compare_swap };
   kind op = kind::read;
-  verbs::local_buffer local;  ///< from registered_memory::slice (lkey unused over TCP)
+  verbs::local_buffer local;  ///< from registered_memory::slice (over TCP, its lkey is the rkey)
   remote_buffer remote;
   std::uint32_t immediate = 0;
   std::uint64_t compare_add = 0;  ///< fetch_add: the addend; compare_swap: the comparand
@@ -118,7 +118,8 @@ class stream_core : public handler_holder {
   /// Fetch-and-add or compare-and-swap: completes with the previous remote value.
   virtual void atomic(const one_sided_request& request, value_handler handler) = 0;
   /// Registers `memory` for the peer with `rights`; the key is valid on this connection only.
-  /// `lkey` is filled for local use (RDMA) and `remote` is the descriptor for the peer.
+  /// `lkey` is filled for local use (checked as a device checks it, over TCP too) and `remote`
+  /// is the descriptor for the peer.
   /// Returns the handle `deregister_memory` takes (not the rkey: rxe gives every registration
   /// without remote rights rkey 0).
   virtual std::uint32_t register_memory(std::span<std::byte> memory, verbs::access rights,

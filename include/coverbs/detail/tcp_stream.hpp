@@ -135,7 +135,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   error_code local_access(const one_sided_op& op, std::uint32_t part) const noexcept;
   /// If the oldest operation failed its local check and nothing of it is unanswered, fails the
   /// connection as a queue pair in error after a local protection error.
-  bool fail_on_local_error();
+  void fail_on_local_error();
 
   // Sending.
   std::vector<std::byte> take_frame(std::size_t payload);
