@@ -1,8 +1,25 @@
 #include "coverbs/async_queue_pair.hpp"
 
 #include <chrono>
+#include <system_error>
+
+#include "coverbs/verbs/shared_receive_queue.hpp"
 
 namespace coverbs {
+namespace {
+
+// An SRQ's receives complete on the CQ of the QP that takes them, with its queue as their
+// owner: a service other than the SRQ's would poll operations of a queue it does not know,
+// and no room was reserved for them in its CQ. A bare verbs SRQ's receives are no operations.
+void check_srq(const verbs::queue_pair_options& options, const detail::completion_engine& engine) {
+  if (options.srq != nullptr && !engine.posts_to(options.srq->native_handle())) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "coverbs: a queue pair's SRQ must be an async_shared_receive_queue of the "
+                            "same completion_service");
+  }
+}
+
+}  // namespace
 
 async_queue_pair::async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
                                    const verbs::queue_pair_options& options)
@@ -11,6 +28,7 @@ async_queue_pair::async_queue_pair(completion_service& service, const verbs::pro
       send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), options.max_send_wr),
       receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
                options.srq != nullptr ? 0 : options.max_recv_wr) {
+  check_srq(options, *engine_);
   receive_.pair_with(send_);
 }
 
@@ -20,6 +38,7 @@ async_queue_pair::async_queue_pair(completion_service& service, verbs::queue_pai
       send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), qp_.options().max_send_wr),
       receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
                qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {
+  check_srq(qp_.options(), *engine_);
   receive_.pair_with(send_);
 }
 

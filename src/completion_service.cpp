@@ -391,6 +391,13 @@ void completion_engine::reserve_entries(std::size_t entries) {
   reserved_entries_ += entries;
 }
 
+bool completion_engine::posts_to(const ibv_srq* srq) const noexcept {
+  for (const posting_queue* q = queues_; q != nullptr; q = q->next_) {
+    if (q->kind_ == posting_queue::kind::shared_receive && q->native_ == srq) return true;
+  }
+  return false;
+}
+
 void completion_engine::attach(posting_queue& queue) noexcept {
   queue.next_ = queues_;
   if (queues_ != nullptr) queues_->prev_ = &queue;

@@ -18,7 +18,8 @@ class async_queue_pair {
 
   /// Creates a QP in `pd` whose send and receive queues complete through `service`. Throws
   /// std::system_error, also where the service's CQ has no room left for the QP's depths (see
-  /// completion_options::entries).
+  /// completion_options::entries) or `options.srq` is not an async_shared_receive_queue's of
+  /// the same service.
   async_queue_pair(completion_service& service, const verbs::protection_domain& pd,
                    const verbs::queue_pair_options& options = {});
   /// Takes over `qp`, which must have been created with `service.queue()` as both CQs (for

@@ -237,6 +237,25 @@ BOOST_AUTO_TEST_CASE(destroying_an_srq_ends_its_posted_receives) {
   BOOST_TEST(probe.expired());
 }
 
+BOOST_AUTO_TEST_CASE(an_srq_of_another_service_is_refused) {
+  // Its receives complete on the CQ of the QP that takes them: there, a service that reserved
+  // no room for them would poll operations of a queue it does not know.
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  completion_service srq_service(io.get_executor(), env.dev), qp_service(io.get_executor(), env.dev);
+  async_shared_receive_queue srq(srq_service, pd);
+  try {
+    async_queue_pair qp(qp_service, pd, {.srq = &srq.native()});
+    BOOST_ERROR("a queue pair on another service took the SRQ");
+  } catch (const std::system_error& e) {
+    BOOST_TEST((e.code() == std::errc::invalid_argument), e.what());
+  }
+  verbs::shared_receive_queue bare(pd, {});
+  BOOST_CHECK_THROW(async_queue_pair(srq_service, pd, {.srq = &bare}), std::system_error);
+  async_queue_pair same(srq_service, pd, {.srq = &srq.native()});  // the SRQ's own service
+}
+
 BOOST_AUTO_TEST_CASE(receive_on_a_queue_pair_fed_by_an_srq_is_refused) {
   // Its receives come from the SRQ, so its own receive queue has no room: a receive posted to
   // it waited for ever, keeping the context running.

@@ -46,6 +46,9 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// (invalid_argument) where fewer are left: the CQ could overflow, which fails every QP on it.
   void reserve_entries(std::size_t entries);
   void release_entries(std::size_t entries) noexcept { reserved_entries_ -= entries; }
+  /// Whether `srq` is the SRQ of a queue posting here (an async_shared_receive_queue of this
+  /// service).
+  bool posts_to(const ibv_srq* srq) const noexcept;
   /// Queues posting into this engine's CQ, found again by destroy_handlers.
   void attach(posting_queue& queue) noexcept;
   void detach(posting_queue& queue) noexcept;
