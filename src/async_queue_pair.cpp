@@ -1,6 +1,7 @@
 #include "coverbs/async_queue_pair.hpp"
 
 #include <chrono>
+#include <memory>
 #include <system_error>
 
 #include "coverbs/verbs/shared_receive_queue.hpp"
@@ -25,44 +26,68 @@ async_queue_pair::async_queue_pair(completion_service& service, const verbs::pro
                                    const verbs::queue_pair_options& options)
     : engine_(service.engine()),
       qp_(pd, service.queue(), service.queue(), options),
-      send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), options.max_send_wr),
-      receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
-               options.srq != nullptr ? 0 : options.max_recv_wr) {
+      send_(std::make_unique<detail::posting_queue>(engine_, detail::posting_queue::kind::send,
+                                                    qp_.native_handle(), options.max_send_wr)),
+      receive_(std::make_unique<detail::posting_queue>(engine_, detail::posting_queue::kind::receive,
+                                                       qp_.native_handle(),
+                                                       options.srq != nullptr ? 0 : options.max_recv_wr)) {
   check_srq(options, *engine_);
-  receive_.pair_with(send_);
+  receive_->pair_with(*send_);
 }
 
 async_queue_pair::async_queue_pair(completion_service& service, verbs::queue_pair&& qp)
     : engine_(service.engine()),
       qp_(std::move(qp)),
-      send_(engine_, detail::posting_queue::kind::send, qp_.native_handle(), qp_.options().max_send_wr),
-      receive_(engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
-               qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr) {
+      send_(std::make_unique<detail::posting_queue>(engine_, detail::posting_queue::kind::send,
+                                                    qp_.native_handle(), qp_.options().max_send_wr)),
+      receive_(std::make_unique<detail::posting_queue>(
+          engine_, detail::posting_queue::kind::receive, qp_.native_handle(),
+          qp_.options().srq != nullptr ? 0 : qp_.options().max_recv_wr)) {
   check_srq(qp_.options(), *engine_);
-  receive_.pair_with(send_);
+  receive_->pair_with(*send_);
 }
 
 async_queue_pair::~async_queue_pair() {
   if (engine_->abandoned()) {
     // Its context shut down, so its CQ is never polled again: nothing can complete what is
     // left, which is destroyed as Asio destroys pending operations.
-    for (auto* q : {&send_, &receive_}) {
+    for (auto* q : {send_.get(), receive_.get()}) {
       while (detail::operation* op = q->take_abandoned()) op->destroy(op);
     }
     return;
   }
-  if (send_.in_flight() + receive_.in_flight() > 0) {
+  if (in_flight() > 0) {
     close();
-    engine_->drain_until([this] { return send_.in_flight() + receive_.in_flight() == 0; },
-                         std::chrono::milliseconds(2000));
+    engine_->drain_until([this] { return in_flight() == 0; }, engine_->options.flush_timeout);
   }
-  send_.abort_waiting();
-  receive_.abort_waiting();
+  send_->abort_waiting();
+  receive_->abort_waiting();
+  if (in_flight() > 0) discard_late_requests();
+  // An SRQ destroyed while this QP used it waited for it (ibv_destroy_srq refused).
+  if (ibv_srq* srq = qp_.native_handle()->srq; srq != nullptr && !qp_.adopted()) {
+    qp_.destroy();
+    engine_->qp_left_srq(srq);
+  }
+}
+
+void async_queue_pair::discard_late_requests() noexcept {
+  // The flush is late. Completions that may still come name these operations, so the queues
+  // must not go while they can.
+  send_->orphan();
+  receive_->orphan();
+  if (qp_.to_reset()) {
+    send_->requests_discarded();
+    receive_->requests_discarded();
+    return;
+  }
+  for (auto* q : {&send_, &receive_}) {
+    if ((*q)->in_flight() > 0) engine_->adopt(std::move(*q));
+  }
 }
 
 void async_queue_pair::close() noexcept {
   qp_.to_error();
-  send_.qp_in_error();
+  send_->qp_in_error();
 }
 
 async_queue_pair::executor_type async_queue_pair::get_executor() const noexcept {

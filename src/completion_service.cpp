@@ -38,9 +38,14 @@ void completion_engine::work_started() {
 }
 
 void completion_engine::work_abandoned() noexcept {
+  --outstanding_;
+  idle_if_done();
+}
+
+void completion_engine::idle_if_done() noexcept {
   // A wait with nothing left to complete would keep io_context::run from returning. Inside a
   // step (a completion let a waiting request be posted) the step itself sees the count.
-  if (--outstanding_ == 0 && active_ && descriptor_ && !in_step_) {
+  if (outstanding_ == 0 && active_ && descriptor_ && !in_step_) {
     abandon_wait();
     go_idle();
   }
@@ -362,6 +367,41 @@ void completion_engine::shutdown() noexcept {
     while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
     cq.acknowledge(events);
   }
+  // Nothing polls now. Each adopted queue holds this engine (whoever called holds it too). The
+  // list is looked up afresh each time: destroying a handler may destroy queue pairs, or this
+  // service, whose destructor comes here again.
+  for (;;) {
+    posting_queue* q = queues_;
+    while (q != nullptr && !q->adopted_) q = q->next_;
+    if (q == nullptr) return;
+    q->adopted_ = false;
+    std::unique_ptr<posting_queue> owned(q);
+    // An SRQ that a QP still uses (one that outlives its service, which it must not) may
+    // still take messages into those buffers: they stay the device's, leaked.
+    if (!owned->destroy_srq()) (void)owned.release();
+    if (owned) owned->abort_all();
+  }
+}
+
+void completion_engine::adopt(std::unique_ptr<posting_queue> queue) noexcept {
+  queue->orphan();
+  if (abandoned_) {  // the context shut down: destroyed as Asio destroys pending operations
+    queue->destroy_srq();
+    return queue->abort_all();
+  }
+  // A service destroyed before its queue pairs, which it must not be: nothing polls any more,
+  // and the device may still use the requests' buffers, so they stay with it, leaked.
+  if (closed_) return (void)queue.release();
+  queue.release()->adopted_ = true;
+}
+
+void completion_engine::qp_left_srq(const ibv_srq* srq) noexcept {
+  posting_queue* q = queues_;
+  while (q != nullptr && !(q->adopted_ && q->owns_srq_ && q->native_ == srq)) q = q->next_;
+  if (q == nullptr || !q->destroy_srq()) return;  // none kept, or other QPs use it still
+  q->adopted_ = false;
+  const std::unique_ptr<posting_queue> owned(q);
+  owned->requests_discarded();
 }
 
 void completion_engine::destroy_handlers() noexcept {
@@ -381,19 +421,20 @@ void completion_engine::destroy_handlers() noexcept {
 
 void completion_engine::reserve_entries(std::size_t entries) {
   const auto capacity = static_cast<std::size_t>(cq.capacity());
-  if (entries > capacity - std::min(reserved_entries_, capacity)) {
+  const std::size_t left = capacity - reserved_entries_;  // never reserved past the capacity
+  if (entries > left) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "coverbs: the queue needs " + std::to_string(entries) +
                                 " completion queue entries; the completion service has " +
-                                std::to_string(capacity - reserved_entries_) + " of " +
-                                std::to_string(capacity) + " left (completion_options::entries)");
+                                std::to_string(left) + " of " + std::to_string(capacity) +
+                                " left (completion_options::entries)");
   }
   reserved_entries_ += entries;
 }
 
 bool completion_engine::posts_to(const ibv_srq* srq) const noexcept {
   for (const posting_queue* q = queues_; q != nullptr; q = q->next_) {
-    if (q->kind_ == posting_queue::kind::shared_receive && q->native_ == srq) return true;
+    if (q->kind_ == posting_queue::kind::shared_receive && !q->orphaned_ && q->native_ == srq) return true;
   }
   return false;
 }

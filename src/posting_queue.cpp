@@ -41,7 +41,21 @@ posting_queue::posting_queue(std::shared_ptr<completion_engine> engine, kind k, 
 
 posting_queue::~posting_queue() {
   engine_->detach(*this);
-  engine_->release_entries(completion_entries());
+  if (reserved_) engine_->release_entries(completion_entries());
+  destroy_srq();  // refused only where a QP outlives the service, which it must not
+}
+
+bool posting_queue::destroy_srq() noexcept {
+  if (!owns_srq_) return true;
+  if (ibv_destroy_srq(static_cast<ibv_srq*>(native_)) != 0) return false;
+  owns_srq_ = false;
+  return true;
+}
+
+void posting_queue::release_room_if_done() noexcept {
+  if (orphaned_ && in_flight_ == 0 && std::exchange(reserved_, false)) {
+    engine_->release_entries(completion_entries());
+  }
 }
 
 void posting_queue::submit(operation* op) {
@@ -173,6 +187,7 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
   }
   posted_.erase(op);
   --in_flight_;
+  release_room_if_done();
   // The marker has no handler, and lives in this queue, which a handler of the same batch
   // may destroy: it never goes to `done`, so it is free for another post at once.
   if (op == &error_marker_) {
@@ -225,7 +240,7 @@ void posting_queue::cancel(operation* op, boost::asio::cancellation_type type) {
   if (!posted_.contains(op)) return;
   if ((type & boost::asio::cancellation_type::terminal) == boost::asio::cancellation_type::none) return;
   op->cancelled = true;
-  if (kind_ != kind::shared_receive) {
+  if (kind_ != kind::shared_receive && !orphaned_) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     ibv_modify_qp(static_cast<ibv_qp*>(native_), &attr, IBV_QP_STATE);
@@ -237,7 +252,7 @@ void posting_queue::cancel(operation* op, boost::asio::cancellation_type type) {
 
 void posting_queue::qp_in_error() noexcept {
   if (kind_ == kind::receive && send_side_ != nullptr) return send_side_->qp_in_error();
-  if (kind_ != kind::send || unsignalled_in_flight_ == 0 || marker_posted_) return;
+  if (kind_ != kind::send || unsignalled_in_flight_ == 0 || marker_posted_ || orphaned_) return;
   // An RDMA WRITE of nothing: were the QP not in error after all, it would still touch no
   // memory and take no receive of the peer's.
   error_marker_.owner = this;
@@ -255,15 +270,26 @@ void posting_queue::abort_waiting() {
   }
 }
 
-void posting_queue::srq_destroyed() noexcept {
-  // Completions the device made before the SRQ went may still be in the CQ: polled first, they
-  // complete their requests with their results, and a request aborted below is never polled.
+void posting_queue::orphan() noexcept {
+  orphaned_ = true;
+  send_side_ = nullptr;
+  release_room_if_done();
+}
+
+void posting_queue::requests_discarded() noexcept {
+  // Completions the device made before it discarded the rest may still be in the CQ: polled
+  // first, they complete their requests with their results, and a request aborted below is
+  // never polled.
   std::size_t polled = ~std::size_t{0};
   engine_->drain_until(
       [&] {
         return in_flight_ == 0 || std::exchange(polled, engine_->completions_) == engine_->completions_;
       },
       std::chrono::milliseconds(1000));
+  abort_all();
+}
+
+void posting_queue::abort_all() noexcept {
   while (operation* op = take_abandoned()) {
     if (engine_->abandoned()) {
       op->destroy(op);
@@ -279,7 +305,7 @@ operation* posting_queue::take_abandoned() noexcept {
   operation* op = posted_.pop();
   if (op != nullptr) {
     --in_flight_;
-    --engine_->outstanding_;
+    engine_->work_abandoned();  // the loop may stop: its wait would keep io_context::run going
   }
   return op;
 }

@@ -29,6 +29,7 @@ struct async_pair_options {
   std::chrono::microseconds spin = completion_options{}.spin;  ///< adaptive mode
   std::chrono::microseconds max_spin = completion_options{}.max_spin;
   std::chrono::milliseconds lost_event_check = completion_options{}.lost_event_check;
+  std::chrono::milliseconds flush_timeout = completion_options{}.flush_timeout;
   verbs::queue_pair_options qp{};
   verbs::access remote_rights =
       verbs::access::remote_read | verbs::access::remote_write | verbs::access::remote_atomic;
@@ -47,9 +48,12 @@ struct async_pair : rdma_env {
   verbs::memory_region b_mr;
 
   explicit async_pair(const async_pair_options& o = {})
-      : service(
-            io.get_executor(), dev,
-            {.mode = o.mode, .spin = o.spin, .max_spin = o.max_spin, .lost_event_check = o.lost_event_check}),
+      : service(io.get_executor(), dev,
+                {.mode = o.mode,
+                 .spin = o.spin,
+                 .max_spin = o.max_spin,
+                 .lost_event_check = o.lost_event_check,
+                 .flush_timeout = o.flush_timeout}),
         a(service, pd, o.qp),
         b(service, pd, o.qp),
         a_mem(o.buffer_size),

@@ -25,8 +25,11 @@ class async_queue_pair {
   /// Takes over `qp`, which must have been created with `service.queue()` as both CQs (for
   /// example by rdma_cm's rdma_create_qp). Throws as above.
   async_queue_pair(completion_service& service, verbs::queue_pair&& qp);
-  /// Moves the QP to ERROR, waits (bounded) for the flush of requests in flight, and aborts
-  /// queued ones: no handler is lost and no buffer is released while the device may use it.
+  /// Moves the QP to ERROR, polls for the flush of requests in flight (for at most
+  /// completion_options::flush_timeout), and aborts queued ones: no handler is lost and no
+  /// buffer is released while the device may use it. Where the flush is late, the QP is reset,
+  /// which discards what it holds (aborted then); a device refusing that leaves them with the
+  /// service, completed as their completions come.
   ~async_queue_pair();
   async_queue_pair(const async_queue_pair&) = delete;
   async_queue_pair& operator=(const async_queue_pair&) = delete;
@@ -50,15 +53,19 @@ class async_queue_pair {
   std::uint32_t max_inline() const noexcept { return qp_.options().max_inline_data; }
 
   /// Internal: where send-side work requests (send, read, write, atomics) are posted.
-  detail::posting_queue& send_queue() noexcept { return send_; }
+  detail::posting_queue& send_queue() noexcept { return *send_; }
   /// Internal: where receives are posted.
-  detail::posting_queue& receive_queue() noexcept { return receive_; }
+  detail::posting_queue& receive_queue() noexcept { return *receive_; }
 
  private:
+  std::uint32_t in_flight() const noexcept { return send_->in_flight() + receive_->in_flight(); }
+  void discard_late_requests() noexcept;
+
   std::shared_ptr<detail::completion_engine> engine_;
   verbs::queue_pair qp_;
-  detail::posting_queue send_;
-  detail::posting_queue receive_;
+  // Held apart: a queue whose requests outlast this object goes to the engine (adopt).
+  std::unique_ptr<detail::posting_queue> send_;
+  std::unique_ptr<detail::posting_queue> receive_;
 };
 
 }  // namespace coverbs

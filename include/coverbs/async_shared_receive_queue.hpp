@@ -13,8 +13,10 @@ namespace coverbs {
 /// complete on the service's executor. Attach QPs by setting `queue_pair_options::srq` to
 /// `&native()` on QPs of the same completion_service (a receive completes on the CQ of the QP
 /// that took it, whose service reserved room for the SRQ's depth), and destroy them before the
-/// SRQ: its receives still posted then end with
-/// operation_aborted (destroyed first, the SRQ holds none of their buffers).
+/// SRQ: its receives still posted then end with operation_aborted (destroyed first, the SRQ
+/// holds none of their buffers). An SRQ destroyed first stays (ibv_destroy_srq refuses), its
+/// receives with the service, completed as messages take them; it goes with the last of
+/// those QPs (or with the service), and what it still holds ends with operation_aborted.
 class async_shared_receive_queue {
  public:
   /// Creates an SRQ in `pd` completing through `service`. Throws std::system_error, also where
@@ -22,11 +24,21 @@ class async_shared_receive_queue {
   async_shared_receive_queue(completion_service& service, const verbs::protection_domain& pd,
                              const verbs::shared_receive_queue_options& options = {})
       : srq_(pd, options),
-        queue_(service.engine(), detail::posting_queue::kind::shared_receive, srq_.native_handle(),
-               options.max_wr) {}
+        queue_(std::make_unique<detail::posting_queue>(service.engine(),
+                                                       detail::posting_queue::kind::shared_receive,
+                                                       srq_.native_handle(), options.max_wr)) {}
   ~async_shared_receive_queue() {
-    // While a QP still uses it, the SRQ cannot go, nor can its receives be recalled.
-    if (srq_.destroy()) queue_.srq_destroyed();
+    queue_->orphan();
+    if (srq_.destroy()) {
+      queue_->requests_discarded();
+      return;
+    }
+    // A QP still uses it: the SRQ cannot go, nor can its receives be recalled. They stay with
+    // the service, completed as messages take them; the SRQ goes with the last QP that used it
+    // (or with the service), and what it still holds is aborted then.
+    queue_->abort_waiting();
+    queue_->own_srq(srq_.release());
+    queue_->engine().adopt(std::move(queue_));
   }
   async_shared_receive_queue(const async_shared_receive_queue&) = delete;
   async_shared_receive_queue& operator=(const async_shared_receive_queue&) = delete;
@@ -34,11 +46,11 @@ class async_shared_receive_queue {
   /// The underlying verbs SRQ.
   verbs::shared_receive_queue& native() noexcept { return srq_; }
   /// Internal: where receives are posted.
-  detail::posting_queue& receive_queue() noexcept { return queue_; }
+  detail::posting_queue& receive_queue() noexcept { return *queue_; }
 
  private:
   verbs::shared_receive_queue srq_;
-  detail::posting_queue queue_;
+  std::unique_ptr<detail::posting_queue> queue_;
 };
 
 }  // namespace coverbs

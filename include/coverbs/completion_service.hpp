@@ -48,6 +48,10 @@ struct completion_options {
   /// are pending, so it costs one wake-up per period on a busy or waiting connection and nothing
   /// on an idle service. Zero turns the check off.
   std::chrono::milliseconds lost_event_check{1000};
+  /// How long destroying an async_queue_pair with requests in flight polls for their flush
+  /// completions. Past it, the QP is moved to RESET, which discards what it still holds
+  /// without completions: those requests end with operation_aborted, their buffers free.
+  std::chrono::milliseconds flush_timeout{2000};
 };
 
 /// Owns one completion queue (and its channel) of a device and runs its polling loop on an
@@ -64,7 +68,8 @@ class completion_service {
   /// Creates the CQ on `dev`. The device must outlive the service.
   completion_service(const executor_type& executor, const verbs::device& dev,
                      const completion_options& options = {});
-  /// Stops polling. Queue pairs using `queue()` must be destroyed first.
+  /// Stops polling, and ends with operation_aborted what it kept (see
+  /// async_shared_receive_queue). Queue pairs using `queue()` must be destroyed first.
   ~completion_service();
   completion_service(const completion_service&) = delete;
   completion_service& operator=(const completion_service&) = delete;

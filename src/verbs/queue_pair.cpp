@@ -120,6 +120,12 @@ void queue_pair::to_error() noexcept {
   ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE);
 }
 
+bool queue_pair::to_reset() noexcept {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RESET;
+  return ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE) == 0;
+}
+
 ibv_qp_state queue_pair::state() const {
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};

@@ -1,12 +1,17 @@
 // Cancellation is honest: a posted receive ends only with its flush completion; a request
 // still waiting for a queue slot is withdrawn without disturbing the queue pair.
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "async_pair.hpp"
 
@@ -162,6 +167,195 @@ BOOST_AUTO_TEST_CASE(destroying_a_queue_pair_completes_its_pending_operations) {
   p.io.run_for(std::chrono::seconds(10));
   BOOST_TEST((result == make_error_code(wc_errc::flushed)), result.message());
   BOOST_TEST(p.service.outstanding() == 0u);
+}
+
+// A flush later than completion_options::flush_timeout (here: none waited for) must neither
+// leave operations behind (they kept io_context::run going, and a late completion reached their
+// destroyed queue) nor release a buffer the device may still write.
+
+namespace {
+
+constexpr int late_receives = 8;
+constexpr auto no_wait = std::chrono::milliseconds(0);
+
+// What each of `late_receives` receives reported, and whether their handlers are gone.
+struct late_results {
+  std::vector<std::optional<error_code>> ends = std::vector<std::optional<error_code>>(late_receives);
+  std::weak_ptr<int> probe;
+
+  template <class Queue>
+  void post(Queue& queue, verbs::memory_region& mr) {
+    auto owned = std::make_shared<int>();
+    probe = owned;
+    for (int i = 0; i < late_receives; ++i) {
+      async_receive(queue, mr.slice(64 * i, 64),
+                    [this, i, owned](error_code ec, std::size_t) { ends[i] = ec; });
+    }
+  }
+  int ended() const {
+    return static_cast<int>(std::ranges::count_if(ends, [](const auto& e) { return e.has_value(); }));
+  }
+  int aborted() const {
+    return static_cast<int>(
+        std::ranges::count_if(ends, [](const auto& e) { return e == asio::error::operation_aborted; }));
+  }
+  // Every receive ended, as a late flush or a discarded request ends.
+  bool all_discarded() const {
+    return std::ranges::all_of(ends, [](const auto& e) {
+      return e == asio::error::operation_aborted || e == make_error_code(wc_errc::flushed);
+    });
+  }
+};
+
+// A send and its receive between `p.a` and `p.b`: the service polls its CQ again, where a late
+// completion naming a freed operation would be found (under AddressSanitizer, a failure).
+void round_trip(async_pair& p) {
+  int done = 0;
+  async_receive(p.b, p.b_mr.slice(4096, 64), [&](error_code ec, std::size_t) { done += !ec; });
+  async_send(p.a, p.a_mr.slice(0, 8), [&](error_code ec, std::size_t) { done += !ec; });
+  p.io.restart();
+  for (auto start = std::chrono::steady_clock::now();
+       done < 2 && std::chrono::steady_clock::now() - start < std::chrono::seconds(30);) {
+    p.io.run_for(std::chrono::milliseconds(10));
+  }
+  BOOST_TEST(done == 2);
+}
+
+// Runs `io` until `done()` (bounded).
+template <class Predicate>
+void run_until(asio::io_context& io, Predicate done) {
+  for (auto start = std::chrono::steady_clock::now();
+       !done() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30);) {
+    io.run_for(std::chrono::milliseconds(10));
+  }
+}
+
+// An RC QP of `service`'s CQ made outside coverbs (as rdma_cm makes one), in INIT state so that
+// it takes receives; from `srq` where given.
+ibv_qp* foreign_queue_pair(completion_service& service, verbs::protection_domain& pd,
+                           ibv_srq* srq = nullptr) {
+  ibv_qp_init_attr attr = verbs::init_attributes(service.queue(), service.queue(), {});
+  attr.srq = srq;
+  ibv_qp* qp = ibv_create_qp(pd.native_handle(), &attr);
+  BOOST_TEST_REQUIRE(qp != nullptr);
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  const int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  BOOST_TEST_REQUIRE(ibv_modify_qp(qp, &init, mask) == 0);
+  return qp;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_late_flush_resets_the_queue_pair_and_ends_what_it_held) {
+  // No lost-event check: nothing but the library may end the service's wait.
+  async_pair p({.lost_event_check = no_wait, .flush_timeout = no_wait});
+  late_results results;
+  {
+    async_queue_pair extra(p.service, p.pd);
+    extra.connect(p.a.address(p.gid), {.local_gid = p.gid});
+    results.post(extra, p.b_mr);
+    p.io.run_for(std::chrono::milliseconds(20));
+    BOOST_TEST(p.service.outstanding() == std::size_t{late_receives});
+  }
+  // Reset, the QP discarded what it held: each receive ended (operation_aborted, or its flush
+  // where that was polled first), and nothing is left.
+  BOOST_TEST(p.service.outstanding() == 0u);
+  p.io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(p.io.stopped());  // no wait of the service's kept io_context::run going
+  BOOST_TEST(results.ended() == late_receives);
+  BOOST_TEST(results.all_discarded());
+  BOOST_TEST(results.probe.expired());
+  round_trip(p);
+}
+
+BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_is_reset_too) {
+  async_pair p({.lost_event_check = no_wait, .flush_timeout = no_wait});
+  ibv_qp* raw = foreign_queue_pair(p.service, p.pd);
+  late_results results;
+  {
+    async_queue_pair extra(p.service, verbs::queue_pair::adopt(raw, {}));
+    results.post(extra, p.b_mr);
+    p.io.run_for(std::chrono::milliseconds(20));
+  }
+  // Its owner destroys the QP later (as a cm id does): the reset alone ended the receives.
+  BOOST_TEST(p.service.outstanding() == 0u);
+  p.io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(p.io.stopped());
+  BOOST_TEST(results.ended() == late_receives);
+  BOOST_TEST(results.all_discarded());
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  BOOST_TEST(ibv_query_qp(raw, &attr, IBV_QP_STATE, &init) == 0);
+  BOOST_TEST(attr.qp_state == IBV_QPS_RESET);
+  round_trip(p);
+  BOOST_TEST(ibv_destroy_qp(raw) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) {
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  std::vector<std::byte> mem(4096);
+  verbs::memory_region mr(pd, mem, verbs::access::local_write);
+  std::memcpy(mem.data() + 2048, "late", 4);
+  late_results results;
+  {
+    completion_service service(io.get_executor(), env.dev, {.lost_event_check = no_wait});
+    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
+    async_queue_pair sender(service, pd);
+    std::optional<async_queue_pair> receiver(std::in_place, service, pd,
+                                             verbs::queue_pair_options{.srq = &srq->native()});
+    sender.connect(receiver->address(env.gid), {.local_gid = env.gid});
+    receiver->connect(sender.address(env.gid), {.local_gid = env.gid});
+    results.post(*srq, mr);
+    io.run_for(std::chrono::milliseconds(20));
+    srq.reset();  // refused by the device while `receiver` uses it: the receives stay posted
+    BOOST_TEST(service.outstanding() == std::size_t{late_receives});
+    bool sent = false;
+    async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
+    run_until(io, [&] { return sent && results.ended() == 1; });
+    BOOST_TEST_REQUIRE(results.ended() == 1);
+    const auto took = std::ranges::find_if(results.ends, [](const auto& e) { return e.has_value(); });
+    BOOST_TEST((*took == error_code()));
+    BOOST_TEST(std::memcmp(mem.data() + 64 * (took - results.ends.begin()), "late", 4) == 0);
+    BOOST_TEST(service.outstanding() == std::size_t{late_receives - 1});
+    // The SRQ goes with the last QP that used it; the receives it held end.
+    receiver.reset();
+    BOOST_TEST(service.outstanding() == 0u);
+    run_until(io, [&] { return results.ended() == late_receives; });
+    BOOST_TEST(io.stopped());
+  }
+  BOOST_TEST(results.ended() == late_receives);
+  BOOST_TEST(results.aborted() == late_receives - 1);
+  BOOST_TEST(results.probe.expired());
+}
+
+BOOST_AUTO_TEST_CASE(receives_left_to_a_service_end_when_it_goes) {
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  std::vector<std::byte> mem(4096);
+  verbs::memory_region mr(pd, mem, verbs::access::local_write);
+  late_results results;
+  {
+    completion_service service(io.get_executor(), env.dev);
+    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
+    ibv_qp* raw = foreign_queue_pair(service, pd, srq->native().native_handle());
+    results.post(*srq, mr);
+    io.run_for(std::chrono::milliseconds(20));
+    srq.reset();                           // refused while `raw` uses it
+    BOOST_TEST(ibv_destroy_qp(raw) == 0);  // no async_queue_pair to tell the service
+    BOOST_TEST(service.outstanding() == std::size_t{late_receives});
+    BOOST_TEST(results.ended() == 0);
+  }
+  // The service went, and the SRQ with it: what it held ends with operation_aborted.
+  io.restart();
+  io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(io.stopped());
+  BOOST_TEST(results.aborted() == late_receives);
+  BOOST_TEST(results.probe.expired());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

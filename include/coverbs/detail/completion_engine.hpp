@@ -33,6 +33,9 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// with deferred handlers. Used when a queue pair is destroyed with requests in flight.
   template <class Predicate>
   void drain_until(Predicate done, std::chrono::milliseconds timeout);
+  /// With nothing outstanding, ends the loop's wait, which would keep io_context::run from
+  /// returning (after drain_until took the last completions; work_abandoned's rule).
+  void idle_if_done() noexcept;
   /// Stops the loop for good.
   void shutdown() noexcept;
   /// The execution context is shutting down: stops the loop for good and destroys the
@@ -49,6 +52,16 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// Whether `srq` is the SRQ of a queue posting here (an async_shared_receive_queue of this
   /// service).
   bool posts_to(const ibv_srq* srq) const noexcept;
+  /// Keeps `queue` (orphaned): its owner went, but requests are still posted there, which
+  /// complete as their completions come, and keep the loop (and io_context::run) going as any
+  /// pending operation does. Where the queue owns an SRQ, qp_left_srq ends it; shutdown ends
+  /// the rest (their QPs are gone by then: destroyed before the service). Not freed once
+  /// empty: a completed request's handler may still be on its way, and a cancel reaches its
+  /// queue. No allocation: the queue stays in the list of attached ones.
+  void adopt(std::unique_ptr<posting_queue> queue) noexcept;
+  /// A QP that took its receives from `srq` is gone: an adopted queue that owns `srq`
+  /// destroys it now if no other QP uses it, and what it still holds ends.
+  void qp_left_srq(const ibv_srq* srq) noexcept;
   /// Queues posting into this engine's CQ, found again by destroy_handlers.
   void attach(posting_queue& queue) noexcept;
   void detach(posting_queue& queue) noexcept;
@@ -149,6 +162,7 @@ template <class Predicate>
 void completion_engine::drain_until(Predicate done, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!abandoned_ && !done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
+  idle_if_done();
 }
 
 }  // namespace coverbs::detail

@@ -67,15 +67,28 @@ class posting_queue {
   void qp_in_error() noexcept;
   /// Receive queue: the send queue of the same QP, told when a receive fails.
   void pair_with(posting_queue& send_queue) noexcept { send_side_ = &send_queue; }
-  /// The SRQ this queue posts to is gone, taking its posted receives with it (an SRQ has no
-  /// error state to flush them): what completed before is polled and completed as usual, the
-  /// rest (and what waits) ends with operation_aborted, their buffers the callers' again.
-  void srq_destroyed() noexcept;
-  /// For a completion engine that polls no more: takes out one request, queued or posted,
-  /// for the caller to destroy (null when none is left).
+  /// Its owner goes while requests are still posted: from now on the queue posts nothing and
+  /// touches neither its QP (or SRQ) nor the queue paired with it, which may go first.
+  void orphan() noexcept;
+  /// Shared receive queue: takes over `srq` (this queue's), to destroy (destroy_srq).
+  void own_srq(ibv_srq* srq) noexcept { owns_srq_ = srq != nullptr; }
+  /// Destroys the SRQ taken over by own_srq; true when it is gone (or none was taken), false
+  /// while a QP still uses it.
+  bool destroy_srq() noexcept;
+  /// The QP or SRQ this queue posted to discarded the requests still posted (an SRQ destroyed,
+  /// a QP reset: neither raises a completion for them; orphan() called before): what
+  /// completed before is polled and completed as usual, the rest (and what waits) ends with
+  /// operation_aborted, their buffers the callers' again.
+  void requests_discarded() noexcept;
+  /// Ends every request still here with operation_aborted (destroys them where the engine is
+  /// abandoned): for a queue whose requests can complete no more.
+  void abort_all() noexcept;
+  /// Takes out one request, queued or posted, that can complete no more, for the caller to
+  /// destroy or abort (null when none is left).
   operation* take_abandoned() noexcept;
 
   std::uint32_t in_flight() const noexcept { return in_flight_; }
+  bool orphaned() const noexcept { return orphaned_; }
   /// CQ entries this queue can need at once: its depth, and a send queue's error marker.
   std::size_t completion_entries() const noexcept { return capacity_ + (kind_ == kind::send ? 1 : 0); }
   completion_engine& engine() const noexcept { return *engine_; }
@@ -85,6 +98,8 @@ class posting_queue {
   /// The device post of `first` and the requests chained behind it; on failure `refused` is
   /// the first one it did not take (those before it are posted).
   int post_to_device(operation* first, operation*& refused) noexcept;
+  /// An orphan whose requests all ended raises no more completions: its CQ room is free.
+  void release_room_if_done() noexcept;
   /// Undoes post()'s accounting for a request the device refused.
   void unpost(operation* op) noexcept;
   /// Links `op` behind the requests an open batch holds.
@@ -111,6 +126,10 @@ class posting_queue {
   operation error_marker_{[](operation*, bool) {}, [](operation*) {}};  // never completed or destroyed
   bool marker_posted_ = false;
   posting_queue* send_side_ = nullptr;
+  bool orphaned_ = false;
+  bool adopted_ = false;   ///< owned by its engine (completion_engine::adopt)
+  bool owns_srq_ = false;  ///< destroys native_, an SRQ, when it goes
+  bool reserved_ = true;   ///< holds its completion_entries() in the engine's CQ
   op_queue waiting_;
   op_list posted_;
   std::uint32_t batch_depth_ = 0;

@@ -76,6 +76,13 @@ class queue_pair {
   void to_error() noexcept;
   /// The QP's current state as the device reports it.
   ibv_qp_state state() const;
+  /// Whether rdma_cm created it (adopt): its id destroys it, not this object.
+  bool adopted() const noexcept { return !qp_.get_deleter().owned; }
+  /// Moves the QP to RESET, which every state allows: the device discards the work requests
+  /// still posted, raising no completion for them. False where the device refuses.
+  bool to_reset() noexcept;
+  /// Destroys a QP of its own now; lets go of an adopted one. native_handle() is null after.
+  void destroy() noexcept { qp_.reset(); }
 
  private:
   struct destroyer {

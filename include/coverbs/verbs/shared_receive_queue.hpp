@@ -27,6 +27,8 @@ class shared_receive_queue {
   /// Destroys the SRQ now (as ibv_destroy_srq, which refuses while a QP uses it): true when
   /// it is gone, and with it every receive posted to it.
   bool destroy() noexcept;
+  /// Gives up the SRQ: the caller destroys it (ibv_destroy_srq).
+  ibv_srq* release() noexcept { return srq_.release(); }
   /// The sizes asked for.
   const shared_receive_queue_options& options() const noexcept { return options_; }
 
