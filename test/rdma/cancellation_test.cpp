@@ -246,6 +246,17 @@ ibv_qp* foreign_queue_pair(completion_service& service, verbs::protection_domain
   return qp;
 }
 
+// What the SRQ cases share; `results` outlives the service (declared inside a test's block),
+// whose shutdown may still complete them.
+struct srq_stage {
+  coverbs::test::rdma_env env;
+  asio::io_context io;
+  verbs::protection_domain pd{env.dev};
+  std::vector<std::byte> mem = std::vector<std::byte>(4096);
+  verbs::memory_region mr{pd, mem, verbs::access::local_write};
+  late_results results;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_late_flush_resets_the_queue_pair_and_ends_what_it_held) {
@@ -294,13 +305,9 @@ BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_is_reset_too) {
 }
 
 BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) {
-  coverbs::test::rdma_env env;
-  asio::io_context io;
-  verbs::protection_domain pd{env.dev};
-  std::vector<std::byte> mem(4096);
-  verbs::memory_region mr(pd, mem, verbs::access::local_write);
+  srq_stage stage;
+  auto& [env, io, pd, mem, mr, results] = stage;
   std::memcpy(mem.data() + 2048, "late", 4);
-  late_results results;
   {
     completion_service service(io.get_executor(), env.dev, {.lost_event_check = no_wait});
     std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
@@ -333,12 +340,8 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) 
 }
 
 BOOST_AUTO_TEST_CASE(receives_left_to_a_service_end_when_it_goes) {
-  coverbs::test::rdma_env env;
-  asio::io_context io;
-  verbs::protection_domain pd{env.dev};
-  std::vector<std::byte> mem(4096);
-  verbs::memory_region mr(pd, mem, verbs::access::local_write);
-  late_results results;
+  srq_stage stage;
+  auto& [env, io, pd, mem, mr, results] = stage;
   {
     completion_service service(io.get_executor(), env.dev);
     std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
