@@ -34,7 +34,14 @@ completion_engine::completion_engine(const boost::asio::any_io_executor& ex, con
 
 void completion_engine::work_started() {
   ++outstanding_;
-  if (!active_) start();
+  if (active_) return;
+  try {
+    start();
+  } catch (...) {  // the loop's wait or timer could not be allocated: nothing was posted
+    --outstanding_;
+    go_idle();
+    throw;
+  }
 }
 
 void completion_engine::work_abandoned() noexcept {

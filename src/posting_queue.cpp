@@ -70,7 +70,16 @@ void posting_queue::submit(operation* op) {
     waiting_.push(op);
     return;
   }
-  if (int err = post(op); err != 0) {
+  int err = 0;
+  try {
+    err = post(op);
+  } catch (...) {
+    // Only work_started throws, before anything changed: the request was never posted, and
+    // its operation goes as with any initiating function that throws (its handler destroyed).
+    op->destroy(op);
+    throw;
+  }
+  if (err != 0) {
     op->post_error = err;
     engine_->complete_later(op);
   }
