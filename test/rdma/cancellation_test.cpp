@@ -257,6 +257,19 @@ struct srq_stage {
   late_results results;
 };
 
+// Receives left to `service` (run by `io`) by an SRQ destroyed while a QP used it, a QP made
+// outside coverbs, so that nothing tells the service when it goes; it is gone afterwards.
+void leave_receives_to(completion_service& service, srq_stage& stage, asio::io_context& io) {
+  std::optional<async_shared_receive_queue> srq(std::in_place, service, stage.pd);
+  ibv_qp* raw = foreign_queue_pair(service, stage.pd, srq->native().native_handle());
+  stage.results.post(*srq, stage.mr);
+  io.run_for(std::chrono::milliseconds(20));
+  srq.reset();  // refused while `raw` uses it
+  BOOST_TEST(ibv_destroy_qp(raw) == 0);
+  BOOST_TEST(service.outstanding() == std::size_t{late_receives});
+  BOOST_TEST(stage.results.ended() == 0);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_late_flush_resets_the_queue_pair_and_ends_what_it_held) {
@@ -341,24 +354,26 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) 
 
 BOOST_AUTO_TEST_CASE(receives_left_to_a_service_end_when_it_goes) {
   srq_stage stage;
-  auto& [env, io, pd, mem, mr, results] = stage;
   {
-    completion_service service(io.get_executor(), env.dev);
-    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
-    ibv_qp* raw = foreign_queue_pair(service, pd, srq->native().native_handle());
-    results.post(*srq, mr);
-    io.run_for(std::chrono::milliseconds(20));
-    srq.reset();                           // refused while `raw` uses it
-    BOOST_TEST(ibv_destroy_qp(raw) == 0);  // no async_queue_pair to tell the service
-    BOOST_TEST(service.outstanding() == std::size_t{late_receives});
-    BOOST_TEST(results.ended() == 0);
+    completion_service service(stage.io.get_executor(), stage.env.dev);
+    leave_receives_to(service, stage, stage.io);
   }
   // The service went, and the SRQ with it: what it held ends with operation_aborted.
-  io.restart();
-  io.run_for(std::chrono::seconds(10));
-  BOOST_TEST(io.stopped());
-  BOOST_TEST(results.aborted() == late_receives);
-  BOOST_TEST(results.probe.expired());
+  stage.io.restart();
+  stage.io.run_for(std::chrono::seconds(10));
+  BOOST_TEST(stage.io.stopped());
+  BOOST_TEST(stage.results.aborted() == late_receives);
+  BOOST_TEST(stage.results.probe.expired());
+}
+
+BOOST_AUTO_TEST_CASE(receives_left_to_a_service_go_with_its_context) {
+  srq_stage stage;
+  std::optional<asio::io_context> context(std::in_place);
+  completion_service service(context->get_executor(), stage.env.dev);
+  leave_receives_to(service, stage, *context);
+  context.reset();  // shut down first: the handlers are destroyed, never run, as Asio's are
+  BOOST_TEST(stage.results.ended() == 0);
+  BOOST_TEST(stage.results.probe.expired());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
