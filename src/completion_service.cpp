@@ -356,6 +356,9 @@ void completion_engine::drain_once(bool defer) {
 }
 
 void completion_engine::shutdown() noexcept {
+  // Once: a service destroyed after its context shut down (which called this already) must
+  // not reach the timer's or the descriptor's services, gone with the context.
+  if (closed_) return;
   closed_ = true;
   go_idle();
   // A timer that has waited cancels again when destroyed, which must not reach a reactor
@@ -375,8 +378,7 @@ void completion_engine::shutdown() noexcept {
     cq.acknowledge(events);
   }
   // Nothing polls now. Each adopted queue holds this engine (whoever called holds it too). The
-  // list is looked up afresh each time: destroying a handler may destroy queue pairs, or this
-  // service, whose destructor comes here again.
+  // list is looked up afresh each time: destroying a handler may destroy queue pairs.
   for (;;) {
     posting_queue* q = queues_;
     while (q != nullptr && !q->adopted_) q = q->next_;
@@ -416,6 +418,10 @@ void completion_engine::destroy_handlers() noexcept {
   if (!self) return;
   abandoned_ = true;
   shutdown();
+  // The engine may outlive the context (held by a completion_service destroyed after it, or
+  // by a queue): its Asio objects go now, while the services they were made with exist.
+  watch_timer_.reset();
+  descriptor_.reset();
   // One operation at a time, the queues looked up afresh: destroying a handler may destroy
   // queue pairs, whose queues then destroy their own operations and detach.
   for (;;) {
