@@ -64,9 +64,9 @@ async_queue_pair::~async_queue_pair() {
   receive_->abort_waiting();
   if (in_flight() > 0) discard_late_requests();
   // An SRQ destroyed while this QP used it waited for it (ibv_destroy_srq refused).
-  if (ibv_srq* srq = qp_.native_handle()->srq; srq != nullptr && !qp_.adopted()) {
-    qp_.destroy();
-    engine_->qp_left_srq(srq);
+  const ibv_qp* native = qp_.native_handle();
+  if (ibv_srq* srq = native != nullptr ? native->srq : nullptr; srq != nullptr && !qp_.adopted()) {
+    if (qp_.destroy()) engine_->qp_left_srq(srq);
   }
 }
 
@@ -75,7 +75,8 @@ void async_queue_pair::discard_late_requests() noexcept {
   // must not go while they can.
   send_->orphan();
   receive_->orphan();
-  if (qp_.to_reset()) {
+  // A QP of its own that will not reset is destroyed instead, which discards them too.
+  if (qp_.discard_posted() || (!qp_.adopted() && qp_.destroy())) {
     send_->requests_discarded();
     receive_->requests_discarded();
     return;

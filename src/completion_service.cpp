@@ -387,8 +387,11 @@ void completion_engine::shutdown() noexcept {
     std::unique_ptr<posting_queue> owned(q);
     // An SRQ that a QP still uses (one that outlives its service, which it must not) may
     // still take messages into those buffers: they stay the device's, leaked.
-    if (!owned->destroy_srq()) (void)owned.release();
-    if (owned) owned->abort_all();
+    if (!owned->destroy_srq()) {
+      leak(std::move(owned));
+      continue;
+    }
+    owned->abort_all();
   }
 }
 
@@ -400,8 +403,13 @@ void completion_engine::adopt(std::unique_ptr<posting_queue> queue) noexcept {
   }
   // A service destroyed before its queue pairs, which it must not be: nothing polls any more,
   // and the device may still use the requests' buffers, so they stay with it, leaked.
-  if (closed_) return (void)queue.release();
+  if (closed_) return leak(std::move(queue));
   queue.release()->adopted_ = true;
+}
+
+void completion_engine::leak(std::unique_ptr<posting_queue> queue) noexcept {
+  detach(*queue);  // so that nothing finds its operations: not even destroy_handlers
+  (void)queue.release();
 }
 
 void completion_engine::qp_left_srq(const ibv_srq* srq) noexcept {

@@ -204,7 +204,8 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
   } else {
     done.push(op);
   }
-  while (!waiting_.empty() && in_flight_ < capacity_) {
+  // An orphan posts nothing: its QP or SRQ may be gone (what waits is aborted instead).
+  while (!orphaned_ && !waiting_.empty() && in_flight_ < capacity_) {
     operation* next = waiting_.pop();
     if (int err = post(next); err != 0) {
       next->post_error = err;
@@ -294,7 +295,7 @@ void posting_queue::requests_discarded() noexcept {
       [&] {
         return in_flight_ == 0 || std::exchange(polled, engine_->completions_) == engine_->completions_;
       },
-      std::chrono::milliseconds(1000));
+      std::chrono::milliseconds(100));  // what is there; another queue's may keep coming
   abort_all();
 }
 

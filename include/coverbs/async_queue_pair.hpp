@@ -27,9 +27,10 @@ class async_queue_pair {
   async_queue_pair(completion_service& service, verbs::queue_pair&& qp);
   /// Moves the QP to ERROR, polls for the flush of requests in flight (for at most
   /// completion_options::flush_timeout), and aborts queued ones: no handler is lost and no
-  /// buffer is released while the device may use it. Where the flush is late, the QP is reset,
-  /// which discards what it holds (aborted then); a device refusing that leaves them with the
-  /// service, completed as their completions come.
+  /// buffer is released while the device may use it. Where the flush is late, the QP discards
+  /// what it holds (verbs::queue_pair::discard_posted, or destroyed where that fails), and
+  /// those requests end with operation_aborted; an rdma_cm QP refusing it leaves them with
+  /// the service, completed as their completions come.
   ~async_queue_pair();
   async_queue_pair(const async_queue_pair&) = delete;
   async_queue_pair& operator=(const async_queue_pair&) = delete;

@@ -15,8 +15,9 @@ namespace coverbs {
 /// that took it, whose service reserved room for the SRQ's depth), and destroy them before the
 /// SRQ: its receives still posted then end with operation_aborted (destroyed first, the SRQ
 /// holds none of their buffers). An SRQ destroyed first stays (ibv_destroy_srq refuses), its
-/// receives with the service, completed as messages take them; it goes with the last of
-/// those QPs (or with the service), and what it still holds ends with operation_aborted.
+/// receives with the service, completed as messages take them (and keeping io_context::run
+/// going); it goes with the last of those QPs that is an async_queue_pair's own, or else with
+/// the service, and what it still holds ends with operation_aborted.
 class async_shared_receive_queue {
  public:
   /// Creates an SRQ in `pd` completing through `service`. Throws std::system_error, also where
@@ -29,6 +30,7 @@ class async_shared_receive_queue {
                                                        srq_.native_handle(), options.max_wr)) {}
   ~async_shared_receive_queue() {
     queue_->orphan();
+    queue_->abort_waiting();  // posted nowhere now
     if (srq_.destroy()) {
       queue_->requests_discarded();
       return;
@@ -36,7 +38,6 @@ class async_shared_receive_queue {
     // A QP still uses it: the SRQ cannot go, nor can its receives be recalled. They stay with
     // the service, completed as messages take them; the SRQ goes with the last QP that used it
     // (or with the service), and what it still holds is aborted then.
-    queue_->abort_waiting();
     queue_->own_srq(srq_.release());
     queue_->engine().adopt(std::move(queue_));
   }

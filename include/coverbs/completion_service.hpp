@@ -49,8 +49,8 @@ struct completion_options {
   /// on an idle service. Zero turns the check off.
   std::chrono::milliseconds lost_event_check{1000};
   /// How long destroying an async_queue_pair with requests in flight polls for their flush
-  /// completions. Past it, the QP is moved to RESET, which discards what it still holds
-  /// without completions: those requests end with operation_aborted, their buffers free.
+  /// completions. Past it, the QP discards what it still holds (through RESET, and back to
+  /// ERROR), raising no completions: those requests end with operation_aborted.
   std::chrono::milliseconds flush_timeout{2000};
 };
 

@@ -120,10 +120,27 @@ void queue_pair::to_error() noexcept {
   ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE);
 }
 
-bool queue_pair::to_reset() noexcept {
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_RESET;
-  return ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE) == 0;
+bool queue_pair::discard_posted() noexcept {
+  constexpr int init_mask = IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS;
+  ibv_qp_attr was{};
+  ibv_qp_init_attr created{};
+  const bool known = ibv_query_qp(qp_.get(), &was, init_mask, &created) == 0;
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  if (ibv_modify_qp(qp_.get(), &reset, IBV_QP_STATE) != 0) return false;
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = was.port_num;
+  init.pkey_index = was.pkey_index;
+  init.qp_access_flags = was.qp_access_flags;
+  if (known && ibv_modify_qp(qp_.get(), &init, IBV_QP_STATE | init_mask) == 0) to_error();
+  return true;  // discarded, even where the QP stays in RESET
+}
+
+bool queue_pair::destroy() noexcept {
+  if (qp_ && qp_.get_deleter().owned && ibv_destroy_qp(qp_.get()) != 0) return false;
+  (void)qp_.release();  // destroyed above, or its id destroys it
+  return true;
 }
 
 ibv_qp_state queue_pair::state() const {

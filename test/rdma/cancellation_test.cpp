@@ -294,7 +294,7 @@ BOOST_AUTO_TEST_CASE(a_late_flush_resets_the_queue_pair_and_ends_what_it_held) {
   round_trip(p);
 }
 
-BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_is_reset_too) {
+BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_discards_them_too) {
   async_pair p({.lost_event_check = no_wait, .flush_timeout = no_wait});
   ibv_qp* raw = foreign_queue_pair(p.service, p.pd);
   late_results results;
@@ -303,7 +303,7 @@ BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_is_reset_too) {
     results.post(extra, p.b_mr);
     p.io.run_for(std::chrono::milliseconds(20));
   }
-  // Its owner destroys the QP later (as a cm id does): the reset alone ended the receives.
+  // Its owner destroys the QP later (as a cm id does): the discard alone ended the receives.
   BOOST_TEST(p.service.outstanding() == 0u);
   p.io.run_for(std::chrono::seconds(10));
   BOOST_TEST(p.io.stopped());
@@ -312,7 +312,7 @@ BOOST_AUTO_TEST_CASE(an_adopted_queue_pair_is_reset_too) {
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
   BOOST_TEST(ibv_query_qp(raw, &attr, IBV_QP_STATE, &init) == 0);
-  BOOST_TEST(attr.qp_state == IBV_QPS_RESET);
+  BOOST_TEST(attr.qp_state == IBV_QPS_ERR);  // back from RESET, for rdma_disconnect
   round_trip(p);
   BOOST_TEST(ibv_destroy_qp(raw) == 0);
 }
@@ -349,6 +349,36 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) 
   }
   BOOST_TEST(results.ended() == late_receives);
   BOOST_TEST(results.aborted() == late_receives - 1);
+  BOOST_TEST(results.probe.expired());
+}
+
+BOOST_AUTO_TEST_CASE(an_srq_destroyed_with_receives_waiting_posts_none_of_them) {
+  // Beyond its depth receives wait in the queue; a completion polled while the SRQ goes must
+  // not post one of them to the destroyed SRQ.
+  srq_stage stage;
+  auto& [env, io, pd, mem, mr, results] = stage;
+  {
+    completion_service service(io.get_executor(), env.dev);
+    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd,
+                                                  verbs::shared_receive_queue_options{.max_wr = 4});
+    async_queue_pair sender(service, pd);
+    std::optional<async_queue_pair> receiver(std::in_place, service, pd,
+                                             verbs::queue_pair_options{.srq = &srq->native()});
+    sender.connect(receiver->address(env.gid), {.local_gid = env.gid});
+    receiver->connect(sender.address(env.gid), {.local_gid = env.gid});
+    results.post(*srq, mr);  // 4 posted, 4 waiting
+    bool sent = false;
+    async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
+    // Nothing polls meanwhile (the context does not run): the receive's completion stays in
+    // the CQ until the SRQ goes, which polls it, freeing a slot of the destroyed SRQ.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    receiver.reset();
+    srq.reset();
+    run_until(io, [&] { return sent && results.ended() == late_receives; });
+    BOOST_TEST(sent);
+  }
+  BOOST_TEST(results.ended() == late_receives);
+  BOOST_TEST(results.aborted() == late_receives - 1);  // one took the message
   BOOST_TEST(results.probe.expired());
 }
 

@@ -61,6 +61,7 @@ struct cm_fixture {
   // or CQ cannot be freed while a QP uses it.
   std::optional<verbs::protection_domain> pd;
   std::optional<completion_service> service;
+  completion_options service_options{};
   cm::id listener{io.get_executor()};
   tcp::endpoint server;
 
@@ -72,7 +73,7 @@ struct cm_fixture {
   void use_device(const verbs::device& dev) {
     if (!pd) {
       pd.emplace(dev);
-      service.emplace(io.get_executor(), dev);
+      service.emplace(io.get_executor(), dev, service_options);
     }
   }
   /// An id with the QP it connects: rdma_cm announces QP number 0 without one, and the CM
@@ -166,6 +167,41 @@ BOOST_AUTO_TEST_CASE(private_data_send_write_and_disconnect) {
     BOOST_TEST((ec == wc_errc::flushed), ec.message());
     BOOST_TEST(server_qp->native().state() == IBV_QPS_ERR);
     co_await client.async_wait_disconnected(use_awaitable);  // already happened: completes at once
+  });
+}
+
+BOOST_AUTO_TEST_CASE(a_late_flush_leaves_the_connection_free_to_disconnect) {
+  // The QP discards what a late flush left (through RESET) and goes back to ERROR: rdma_cm's
+  // disconnect moves it to ERROR, which RESET refuses, and would then send the peer nothing.
+  service_options.flush_timeout = 0s;
+  run([&]() -> asio::awaitable<void> {
+    cm::id client = co_await resolved_client(server);
+    use_device(client.device());
+    std::vector<std::byte> mem(4096);
+    verbs::memory_region mr(*pd, mem, verbs::access::local_write);
+    std::optional<async_queue_pair> client_qp(std::in_place, *service,
+                                              client.create_queue_pair(*service, *pd));
+    std::optional<cm::id> conn;
+    std::optional<async_queue_pair> server_qp;
+    auto client_side = [&]() -> asio::awaitable<void> {
+      co_await client.async_connect(bytes("hi"), use_awaitable);
+    };
+    auto server_side = [&]() -> asio::awaitable<void> {
+      conn.emplace(co_await listener.async_get_request(use_awaitable));
+      server_qp.emplace(*service, conn->create_queue_pair(*service, *pd));
+      co_await conn->async_accept(bytes("ok"), use_awaitable);
+    };
+    co_await both(client_side(), server_side());
+    int discarded = 0;  // aborted, or flushed where the device flushed before it discarded
+    for (int i = 0; i < 4; ++i) {
+      async_receive(*client_qp, mr.slice(64 * i, 64), [&](error_code ec, std::size_t) {
+        discarded += ec == asio::error::operation_aborted || ec == make_error_code(wc_errc::flushed);
+      });
+    }
+    client_qp.reset();  // no flush waited for: its receives are discarded
+    BOOST_TEST(service->outstanding() == 0u);
+    co_await (client.async_disconnect(use_awaitable) && conn->async_wait_disconnected(use_awaitable));
+    BOOST_TEST(discarded == 4);
   });
 }
 

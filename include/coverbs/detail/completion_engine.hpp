@@ -62,6 +62,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// A QP that took its receives from `srq` is gone: an adopted queue that owns `srq`
   /// destroys it now if no other QP uses it, and what it still holds ends.
   void qp_left_srq(const ibv_srq* srq) noexcept;
+  /// Lets go of `queue` and its operations for good: the device may still use their buffers.
+  void leak(std::unique_ptr<posting_queue> queue) noexcept;
   /// Queues posting into this engine's CQ, found again by destroy_handlers.
   void attach(posting_queue& queue) noexcept;
   void detach(posting_queue& queue) noexcept;

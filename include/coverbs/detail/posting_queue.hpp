@@ -75,10 +75,11 @@ class posting_queue {
   /// Destroys the SRQ taken over by own_srq; true when it is gone (or none was taken), false
   /// while a QP still uses it.
   bool destroy_srq() noexcept;
-  /// The QP or SRQ this queue posted to discarded the requests still posted (an SRQ destroyed,
-  /// a QP reset: neither raises a completion for them; orphan() called before): what
-  /// completed before is polled and completed as usual, the rest (and what waits) ends with
-  /// operation_aborted, their buffers the callers' again.
+  /// The QP or SRQ this queue posted to discarded the requests still posted (an SRQ or QP
+  /// destroyed, a QP reset: none raises a completion for them; orphan() called before): what
+  /// completed before and is still in the CQ is polled and completed as usual (mlx5 removes a
+  /// reset QP's), the rest (and what waits) ends with operation_aborted, their buffers the
+  /// callers' again.
   void requests_discarded() noexcept;
   /// Ends every request still here with operation_aborted (destroys them where the engine is
   /// abandoned): for a queue whose requests can complete no more.

@@ -78,11 +78,14 @@ class queue_pair {
   ibv_qp_state state() const;
   /// Whether rdma_cm created it (adopt): its id destroys it, not this object.
   bool adopted() const noexcept { return !qp_.get_deleter().owned; }
-  /// Moves the QP to RESET, which every state allows: the device discards the work requests
-  /// still posted, raising no completion for them. False where the device refuses.
-  bool to_reset() noexcept;
-  /// Destroys a QP of its own now; lets go of an adopted one. native_handle() is null after.
-  void destroy() noexcept { qp_.reset(); }
+  /// Discards the work requests still posted, raising no completion for them: through RESET,
+  /// which every state may enter, and back to ERROR through INIT, so that rdma_cm can still
+  /// disconnect it (RESET may go nowhere but INIT). mlx5 also removes the QP's completions not
+  /// yet polled from its CQ; rxe leaves them. False where the device refuses RESET.
+  bool discard_posted() noexcept;
+  /// Destroys a QP of its own now (true when ibv_destroy_qp did); lets go of an adopted one.
+  /// native_handle() is null after.
+  bool destroy() noexcept;
 
  private:
   struct destroyer {
