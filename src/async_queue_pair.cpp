@@ -51,9 +51,8 @@ async_queue_pair::~async_queue_pair() {
   if (engine_->abandoned()) {
     // Its context shut down, so its CQ is never polled again: nothing can complete what is
     // left, which is destroyed as Asio destroys pending operations.
-    for (auto* q : {send_.get(), receive_.get()}) {
-      while (detail::operation* op = q->take_abandoned()) op->destroy(op);
-    }
+    send_->abort_all();
+    receive_->abort_all();
     return;
   }
   if (in_flight() > 0) {

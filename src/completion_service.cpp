@@ -379,10 +379,7 @@ void completion_engine::shutdown() noexcept {
   }
   // Nothing polls now. Each adopted queue holds this engine (whoever called holds it too). The
   // list is looked up afresh each time: destroying a handler may destroy queue pairs.
-  for (;;) {
-    posting_queue* q = queues_;
-    while (q != nullptr && !q->adopted_) q = q->next_;
-    if (q == nullptr) return;
+  while (posting_queue* q = find_adopted(nullptr)) {
     q->adopted_ = false;
     std::unique_ptr<posting_queue> owned(q);
     // An SRQ that a QP still uses (one that outlives its service, which it must not) may
@@ -412,9 +409,15 @@ void completion_engine::leak(std::unique_ptr<posting_queue> queue) noexcept {
   (void)queue.release();
 }
 
-void completion_engine::qp_left_srq(const ibv_srq* srq) noexcept {
+posting_queue* completion_engine::find_adopted(const ibv_srq* srq) const noexcept {
   posting_queue* q = queues_;
-  while (q != nullptr && !(q->adopted_ && q->owns_srq_ && q->native_ == srq)) q = q->next_;
+  while (q != nullptr && !(q->adopted_ && (srq == nullptr || (q->owns_srq_ && q->native_ == srq))))
+    q = q->next_;
+  return q;
+}
+
+void completion_engine::qp_left_srq(const ibv_srq* srq) noexcept {
+  posting_queue* q = find_adopted(srq);
   if (q == nullptr || !q->destroy_srq()) return;  // none kept, or other QPs use it still
   q->adopted_ = false;
   const std::unique_ptr<posting_queue> owned(q);

@@ -86,6 +86,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
  private:
   static constexpr std::size_t batch = 32;
   void start();
+  /// The first adopted queue, or the first that owns `srq` where one is named; null if none.
+  posting_queue* find_adopted(const ibv_srq* srq) const noexcept;
   void wait_for_event();
   /// Ends the standing wait: its handler gets operation_aborted and does nothing.
   void abandon_wait() noexcept;

@@ -89,7 +89,6 @@ class posting_queue {
   operation* take_abandoned() noexcept;
 
   std::uint32_t in_flight() const noexcept { return in_flight_; }
-  bool orphaned() const noexcept { return orphaned_; }
   /// CQ entries this queue can need at once: its depth, and a send queue's error marker.
   std::size_t completion_entries() const noexcept { return capacity_ + (kind_ == kind::send ? 1 : 0); }
   completion_engine& engine() const noexcept { return *engine_; }
