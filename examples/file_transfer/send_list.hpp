@@ -63,6 +63,21 @@ inline std::optional<std::vector<send_item>> send_list(std::string_view program,
       return {};
     }
   }
+  // The server stores each under its name: a second file of the same name would replace the
+  // first, which would look sent.
+  if (as && items.size() > 1) {
+    std::cerr << program << ": --as names one file, and " << operands.front() << " holds " << items.size()
+              << "\n";
+    return {};
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (items[j].name != items[i].name) continue;
+      std::cerr << program << ": cannot send both " << items[j].path.string() << " and "
+                << items[i].path.string() << ": the server would store both as " << items[i].name << "\n";
+      return {};
+    }
+  }
   return items;
 }
 

@@ -117,6 +117,17 @@ if tcp; then
 fi
 
 echo "== refusals"
+if tcp; then  # refused before connecting: the transport plays no part
+    mkdir "$work/twin"
+    printf 'two\n' >"$work/twin/a.txt"
+    expect 1 "send two files of one name" \
+        "cannot send both .*/several/a.txt and .*/twin/a.txt: the server would store both as a.txt$" \
+        "${to_server[@]}" send "$work/several/a.txt" "$work/twin/a.txt"
+    expect 1 "send a directory --as one name" '--as names one file, and .*/several holds 2$' \
+        "${to_server[@]}" send "$work/several" --as one.txt
+    check "neither sent anything" 'only_files "$work/srv" "${served[@]}"'
+    rm -r "$work/twin"
+fi
 expect 1 "send a missing file" 'cannot send .*/nope.bin: No such file or directory$' "${to_server[@]}" send "$work/nope.bin"
 expect 1 "send a file whose size says 0 but is not empty" \
     'cannot send /proc/self/status: its size is not known in advance' "${to_server[@]}" send /proc/self/status
