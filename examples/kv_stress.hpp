@@ -55,6 +55,7 @@ class stress {
     for (std::size_t k = 0; k < opt_.keys; ++k) {
       const auto name = key(k);
       co_await connections_[0]->del(name);
+      ++progress_.operations;  // the watchdog waits for progress, and many keys take a while
     }
     deadline_ = std::chrono::steady_clock::now() + opt_.duration;
     running_ = connections_.size();
@@ -87,7 +88,9 @@ class stress {
           make_checked_value({run_id_, k, static_cast<std::uint32_t>(w), sequence}, opt_.value_size);
       issued_[w] = sequence;  // from now on a reader may see it
       const auto name = key(k);
-      if (co_await c.put(name, v) != status::ok) throw std::runtime_error("a PUT found the table full");
+      if (co_await c.put(name, v) != status::ok)
+        throw std::runtime_error(
+            "a PUT found the table full: use fewer --keys or a server with more --slots");
       acked_[k] = true;
       ++result_.puts;
       ++progress_.operations;

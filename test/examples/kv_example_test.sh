@@ -90,6 +90,13 @@ else fail "reads raced writes: retries ${retries:-none}, found ${found:-none}"; 
 expect 1 "stress without the version check sees torn values" 'torn values [1-9]' \
     "${kv[@]}" stress --seconds 1 --skip-version-check
 out_has 'FAILED: stress-[0-9]+: torn value' "the failure names the torn key"
+if [ "$mode" = tcp ]; then
+    # Clearing 100,000 keys takes seconds, which count as progress for --timeout; then the
+    # 256-slot table fills, which the message must say how to avoid.
+    expect 1 "stress with more keys than slots" \
+        'a PUT found the table full: use fewer --keys or a server with more --slots' \
+        "${kv[@]}" stress --seconds 1 --keys 100000 --timeout 1
+fi
 
 echo "== malformed requests over $mode"
 expect 0 "truncated header refused" 'refused the request as malformed: request of 3 bytes, shorter' \
