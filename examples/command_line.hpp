@@ -59,6 +59,12 @@ class arguments {
     if (i_ + 1 >= argc_) usage_error(program_, std::string(current()) + " needs a value");
     return argv_[++i_];
   }
+  /// Refuses the current argument: an option not known, or a word where none is taken.
+  [[noreturn]] void unknown() const {
+    const std::string_view arg = current();
+    usage_error(program_, (arg.starts_with('-') ? "unknown option '" : "unexpected argument '") +
+                              std::string(arg) + "'");
+  }
   [[noreturn]] void bad_value(std::string_view what) const {
     usage_error(program_,
                 std::string(argv_[i_ - 1]) + " takes " + std::string(what) + ", not '" + argv_[i_] + "'");

@@ -45,7 +45,7 @@ constexpr std::string_view usage =
     "  --transport T        auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --connections C      concurrent connections (default 4)\n"
     "  --messages N         round trips per connection (default 10000)\n"
-    "  --size BYTES         bytes per message (default 64)\n"
+    "  --size BYTES         bytes per message, K and M allowed (default 64)\n"
     "  --timeout SECONDS    give up when connecting, or a reply, takes longer (default 10)\n";
 
 struct options {
@@ -77,7 +77,7 @@ options parse(int argc, char** argv) {
       if (!n) args.bad_value("a positive number");
       o.messages = *n;
     } else if (arg == "--size") {
-      const auto n = cli::number(args.value(), 1, 64 << 20);
+      const auto n = cli::number(args.value(), 1, 64 << 20, true);
       if (!n) args.bad_value("a number of bytes from 1 to 64 MiB");
       o.size = *n;
     } else if (arg == "--timeout") {
@@ -85,13 +85,14 @@ options parse(int argc, char** argv) {
       if (!n) args.bad_value("a number of seconds from 1 to 86400");
       o.timeout = std::chrono::seconds(*n);
     } else {
-      cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
+      args.unknown();
     }
   }
   cli::check_target(program, o.server);
-  // Each connection holds a message and its reply.
-  if (o.connections * o.size > (1u << 30))
-    cli::usage_error(program, "--connections times --size exceeds 1 GiB");
+  // Each connection holds a message and its reply: 1 GiB in all at most.
+  if (o.connections * o.size > (1u << 29))
+    cli::usage_error(program,
+                     "--connections times --size exceeds 512 MiB (each holds a message and its reply)");
   return o;
 }
 

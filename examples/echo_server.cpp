@@ -52,7 +52,7 @@ options parse(int argc, char** argv) {
       if (!t) args.bad_value("auto, rdma or tcp");
       o.kind = *t;
     } else {
-      cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
+      args.unknown();
     }
   }
   return o;

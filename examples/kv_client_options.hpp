@@ -115,7 +115,9 @@ inline options parse(int argc, char** argv) {
       o.bench.keys = o.stress.keys = count(1, 1'000'000, "a number from 1 to 1000000");
       keys_given = true;
     } else if (arg == "--value-size") {
-      o.bench.value_size = o.stress.value_size = count(1, 60000, "a number of bytes from 1 to 60000");
+      const auto n = cli::number(args.value(), 1, 60000, true);
+      if (!n) args.bad_value("a number of bytes from 1 to 60000");
+      o.bench.value_size = o.stress.value_size = *n;
       size_given = true;
     } else if (arg == "--writers") {
       o.stress.writers = count(1, 1000, "a number from 1 to 1000");

@@ -82,7 +82,7 @@ options parse(int argc, char** argv) {
     } else if (arg == "--write-window-us") {
       o.window = std::chrono::microseconds(count(0, 1'000'000, "microseconds from 0 to 1000000"));
     } else {
-      cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
+      args.unknown();
     }
   }
   // A remote_buffer's length is 32 bits.

@@ -47,7 +47,7 @@ constexpr std::string_view usage =
     "  --transport T      auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --checksum C       xxh128 (default; as xxh128sum prints it) or sha256 (as sha256sum does)\n"
     "  --window N         when fetching, slots of the window to receive into (default 8)\n"
-    "  --slot-size BYTES  when fetching, bytes per slot (default 1048576)\n"
+    "  --slot-size BYTES  when fetching, bytes per slot, K and M allowed (default 1M)\n"
     "  --timeout SECONDS  give up when connecting takes longer, or the server shows no sign of\n"
     "                     life for this long (default 30)\n"
     "Shows a progress bar on a terminal (elsewhere a line every 10%) and a summary line per file.\n"

@@ -40,7 +40,7 @@ constexpr std::string_view usage =
     "  --port N           port, 0 to let the system pick one (default 7001)\n"
     "  --transport T      auto: RDMA and TCP (default); rdma or tcp: that one only\n"
     "  --window N         slots of the window each connection receives into (default 8)\n"
-    "  --slot-size BYTES  bytes per slot (default 1048576)\n"
+    "  --slot-size BYTES  bytes per slot, K and M allowed (default 1M)\n"
     "  --send-memory BYTES\n"
     "                     most memory one connection sends a file from, whatever window the\n"
     "                     client offers: fewer or smaller buffers then (default 64M; K and M\n"
@@ -75,7 +75,7 @@ options parse(int argc, char** argv) {
       o.send_memory = args.number_value(4096, std::size_t{1} << 40);
     } else if (cli::server_option(args, arg, o)) {  // taken
     } else {
-      cli::usage_error(program, "unknown option '" + std::string(arg) + "'");
+      args.unknown();
     }
   }
   if (o.dir.empty()) cli::usage_error(program, "--dir DIR is required");

@@ -31,7 +31,7 @@ inline bool parse_tuning(cli::arguments& args, std::string_view arg, tuning& t) 
     if (!n) args.bad_value("a number of slots from 1 to " + std::to_string(max_slots));
     t.slots = static_cast<std::uint32_t>(*n);
   } else if (arg == "--slot-size") {
-    const auto n = cli::number(args.value(), 4096, max_slot_size);
+    const auto n = cli::number(args.value(), 4096, max_slot_size, true);
     if (!n) args.bad_value("a number of bytes from 4096 to " + std::to_string(max_slot_size));
     t.slot_size = static_cast<std::uint32_t>(*n);
   } else if (arg == "--timeout") {

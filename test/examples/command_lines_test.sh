@@ -56,6 +56,10 @@ for program in "$@"; do
             grep -qx "Try '$name --help' for the options." "$out"; then pass "$name $bad"
         else fail "$name $bad: exit $rc, output '$(show)'"; fi
     done
+    case $name in echo_server | echo_client | kv_server | file_server | pingpong)
+        # They take no operands: a stray word is not an option, and is not called one.
+        refused "with a stray word" "unexpected argument 'extra'" "$program" extra
+    esac
     case $name in pingpong_bench | stream_bench)
         # 192.0.2.1 (TEST-NET-1) is no address of this machine.
         timeout 20 "$program" --address 192.0.2.1 --quick >"$out" 2>&1

@@ -47,6 +47,10 @@ if [ "$mode" = tcp ]; then
         "$client" --connect no-such-host.invalid
     expect 2 "client unknown transport" 'auto, rdma or tcp' "$client" --connect "$addr:1" --transport udp
     expect 2 "client zero messages" 'positive number' "$client" --connect "$addr:1" --messages 0
+    # 16 × 64 MiB, 2 GiB with the replies (and 64M read as a size).
+    expect 2 "client message memory over 1 GiB" 'connections times --size exceeds 512 MiB' \
+        "$client" --connect "$addr:1" --connections 16 --size 64M
+    expect 2 "client size past 64 MiB" 'number of bytes from 1 to 64 MiB' "$client" --connect "$addr:1" --size 65M
 fi
 
 echo "== echo over $mode"
