@@ -320,6 +320,11 @@ int main(int argc, char** argv) {
   options opt = parse(argc, argv);
   cli::resolve(program, opt.server);
   std::vector<ft::send_item> items;
+  if (std::error_code ec; opt.fetch && !fs::is_directory(opt.to, ec)) {  // before a connection costs anything
+    std::cerr << program << ": cannot fetch into " << opt.to.string() << ": "
+              << (ec ? ec.message() : "not a directory") << "\n";
+    return 1;
+  }
   if (!opt.fetch) {
     auto checked = ft::send_list(program, opt.operands, opt.as);
     if (!checked) return 1;

@@ -28,11 +28,16 @@ namespace asio = boost::asio;
 
 class part_file {
  public:
-  /// Creates `dir/.NAME.part-XXXXXX` and reserves `size` bytes for it, so a disk too small
-  /// is reported before any data moves. Throws std::system_error.
+  /// Creates `dir/.NAME.part-XXXXXX` and reserves `size` bytes for it, so a disk too small,
+  /// or a directory where the file is to go, is reported before any data moves. Throws
+  /// std::system_error.
   part_file(const asio::any_io_executor& ex, const std::filesystem::path& dir, const std::string& name,
             std::uint64_t size)
       : file_(ex), final_(dir / name) {
+    // The rename would fail, after the whole transfer (a symbolic link is replaced, not followed).
+    struct stat there {};
+    if (::lstat(final_.c_str(), &there) == 0 && S_ISDIR(there.st_mode))
+      throw std::system_error(EISDIR, std::generic_category(), "cannot replace " + final_.string());
     // Long names are cut in the temporary one: NAME_MAX applies to it too.
     std::string pattern = (dir / ("." + name.substr(0, 200) + ".part-XXXXXX")).string();
     const int fd = ::mkstemp(pattern.data());

@@ -156,6 +156,16 @@ if tcp; then  # naming rules, the same on either transport
     expect 1 "fetch /etc/passwd" 'cannot fetch /etc/passwd: server: not a plain file name' \
         "${to_server[@]}" fetch /etc/passwd --to "$work/dl"
     check "client fetched nothing" 'only_files "$work/dl" big.bin'
+    expect 1 "fetch into a missing directory" "cannot fetch into $work/nowhere: No such file or directory$" \
+        "${to_server[@]}" fetch big.bin --to "$work/nowhere"
+    mkdir "$work/dl/a.txt"
+    expect 1 "fetch onto a directory of that name" 'cannot fetch a.txt: cannot replace .*/dl/a.txt: Is a directory$' \
+        "${to_server[@]}" fetch a.txt --to "$work/dl"
+    mkdir "$work/srv/sub"
+    expect 1 "send onto a server's directory of that name" 'cannot send .*: server: cannot replace .*/srv/sub: Is a directory$' \
+        "${to_server[@]}" send "$work/several/a.txt" --as sub
+    check "neither moved a file" 'only_files "$work/dl" big.bin a.txt && [ -d "$work/dl/a.txt" ] && [ -d "$work/srv/sub" ]'
+    rmdir "$work/dl/a.txt" "$work/srv/sub"
 fi
 
 echo "== permissions${as_user[*]:+ (what must be refused runs as nobody)}"
