@@ -46,7 +46,8 @@ constexpr std::string_view usage =
     "  --port N           the server's port, when --connect gives none (default 7001)\n"
     "  --transport T      auto: RDMA where possible, else TCP (default); rdma or tcp: only that\n"
     "  --checksum C       xxh128 (default; as xxh128sum prints it) or sha256 (as sha256sum does)\n"
-    "  --window N         when fetching, slots of the window to receive into (default 8)\n"
+    "  --window N         when fetching, slots of the window to receive into, at most: a\n"
+    "                     smaller file gets fewer, and smaller ones (default 8)\n"
     "  --slot-size BYTES  when fetching, bytes per slot, K and M allowed (default 1M)\n"
     "  --timeout SECONDS  give up when connecting takes longer, or the server shows no sign of\n"
     "                     life for this long (default 30)\n"
@@ -280,7 +281,7 @@ class client {
         throw transfer_error(origin::peer, cannot);
       }
       shown = ft::progress(std::string(program), name, file.size, isatty(STDOUT_FILENO));
-      co_await ch.send(ft::msg::ready(in.offer()));
+      co_await ch.send(ft::msg::ready(in.offer(file.size)));
       shown.start();
       const ft::digest sum = co_await in.receive(part->file(), file.size, name, opt_.check,
                                                  [&](std::uint64_t done) { shown.update(done); });

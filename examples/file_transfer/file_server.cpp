@@ -39,7 +39,8 @@ constexpr std::string_view usage =
     "                     the address of an RDMA device, not 127.0.0.1\n"
     "  --port N           port, 0 to let the system pick one (default 7001)\n"
     "  --transport T      auto: RDMA and TCP (default); rdma or tcp: that one only\n"
-    "  --window N         slots of the window each connection receives into (default 8)\n"
+    "  --window N         slots of the window each connection receives into, at most: a\n"
+    "                     smaller file gets fewer, and smaller ones (default 8)\n"
     "  --slot-size BYTES  bytes per slot, K and M allowed (default 1M)\n"
     "  --send-memory BYTES\n"
     "                     most memory one connection sends a file from, whatever window the\n"
@@ -209,7 +210,7 @@ class server {
     if (!part) co_return co_await refuse(id, c, name, cannot);
     std::optional<transfer_error> failure;
     try {
-      co_await c.ch.send(ft::msg::ready(c.in.offer()));
+      co_await c.ch.send(ft::msg::ready(c.in.offer(size)));
       const auto start = std::chrono::steady_clock::now();
       const ft::digest sum = co_await c.in.receive(part->file(), size, name, check, [](std::uint64_t) {});
       try {

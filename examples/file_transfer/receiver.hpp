@@ -27,17 +27,26 @@ namespace ft {
 
 class receiver {
  public:
-  /// A window of `slots` slots of `slot_size` bytes, registered on first use.
+  /// A window of up to `slots` slots of up to `slot_size` bytes.
   receiver(channel& ch, std::uint32_t slots, std::uint32_t slot_size)
-      : ch_(ch), slots_(slots), slot_size_(slot_size) {}
+      : ch_(ch), max_slots_(slots), max_slot_size_(slot_size) {}
 
-  /// What the ready message offers: the window, registered on first use.
-  window offer() {
-    if (memory_.empty()) {
-      memory_.resize(std::size_t{slots_} * slot_size_);
+  /// What the ready message offers for a file of `size` bytes: no more slots, nor larger
+  /// ones, than the file fills (whole pages), so that a small file costs little memory however
+  /// large the window may be. Registered when it must grow, which only a larger file makes it.
+  window offer(std::uint64_t size) {
+    constexpr std::uint64_t page = 4096;
+    const std::uint64_t pages = std::max<std::uint64_t>(1, (size + page - 1) / page);
+    slot_size_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(max_slot_size_, pages * page));
+    slots_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+        max_slots_, std::max<std::uint64_t>(1, (size + slot_size_ - 1) / slot_size_)));
+    const std::size_t bytes = std::size_t{slots_} * slot_size_;
+    if (memory_.size() < bytes) {
+      registration_ = {};  // deregistered before its memory goes
+      memory_ = std::vector<std::byte>(bytes);
       registration_ = ch_.socket().register_memory(memory_, coverbs::verbs::access::remote_write);
     }
-    return {slots_, slot_size_, registration_.remote()};
+    return {slots_, slot_size_, registration_.remote(0, bytes)};
   }
 
   /// Receives `size` bytes into `file` (called `name` in errors), then the sender's digest
@@ -88,7 +97,8 @@ class receiver {
 
  private:
   channel& ch_;
-  std::uint32_t slots_, slot_size_;
+  std::uint32_t max_slots_, max_slot_size_;
+  std::uint32_t slots_ = 0, slot_size_ = 0;  // what the last offer gave
   std::vector<std::byte> memory_;
   coverbs::registered_memory registration_;  // after `memory_`: deregistered before it is freed
 };

@@ -235,6 +235,18 @@ server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
 rm -f "$work/src/shrinks.bin"
 
 if tcp; then
+    # The receiver's window follows the file: 16 slots of 16 MiB would take 256 MiB for 4 bytes.
+    start_server "$work/srv" -- --window 16 --slot-size 16M
+    printf 'tiny' >"$work/src/tiny.bin"
+    expect 0 "send 4 bytes into a window of 16 × 16 MiB" 'sent tiny.bin' "${to_server[@]}" send "$work/src/tiny.bin"
+    hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$server_pid/status")
+    check "the server's memory follows the file, not the window (VmHWM ${hwm:-?} kB)" '[ "${hwm:-999999}" -lt 65536 ]'
+    check "and the file arrived whole" 'cmp -s "$work/src/tiny.bin" "$work/srv/tiny.bin"'
+    kill -TERM "$server_pid"; finish "$server_pid"; rm -f "$work/srv/tiny.bin" "$work/src/tiny.bin"
+    server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
+fi
+
+if tcp; then
     inode=$(stat -c %i "$work/dl/big.bin")
     "${to_server[@]}" fetch big.bin --to "$work/dl" >"$work/client.log" 2>&1 &
     client_pid=$! && pids+=("$client_pid")
