@@ -26,9 +26,22 @@ bool signalled(const operation& op) noexcept {
   return (op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
 }
 // A request ended without the device, as if flushed after a cancel: operation_aborted.
+// An operation whose result is known leaves its queue for good: its handler's cancellation
+// slot, still connected until the handler runs, must reach the queue no more, which a handler
+// run before it may have destroyed with its queue pair.
+void leave_queue(operation& op) noexcept {
+  op.owner = nullptr;
+}
+
 void mark_aborted(operation& op) noexcept {
   op.cancelled = true;
   op.status = IBV_WC_WR_FLUSH_ERR;
+  leave_queue(op);
+}
+
+void finish(op_queue& done, operation* op) noexcept {
+  leave_queue(*op);
+  done.push(op);
 }
 }  // namespace
 
@@ -188,7 +201,7 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
       --in_flight_;
       --unsignalled_in_flight_;
       --engine_->outstanding_;
-      done.push(earlier);
+      finish(done, earlier);
     }
     if (!signalled(*op)) --unsignalled_in_flight_;
   } else if (op->status != IBV_WC_SUCCESS) {
@@ -202,14 +215,14 @@ void posting_queue::on_completed(operation* op, op_queue& done) {
   if (op == &error_marker_) {
     marker_posted_ = false;
   } else {
-    done.push(op);
+    finish(done, op);
   }
   // An orphan posts nothing: its QP or SRQ may be gone (what waits is aborted instead).
   while (!orphaned_ && !waiting_.empty() && in_flight_ < capacity_) {
     operation* next = waiting_.pop();
     if (int err = post(next); err != 0) {
       next->post_error = err;
-      done.push(next);
+      finish(done, next);
     }
   }
 }

@@ -132,6 +132,33 @@ BOOST_AUTO_TEST_CASE(cancel_after_the_completion_was_polled_changes_nothing) {
   BOOST_TEST(!results[2], results[2].message());
 }
 
+BOOST_AUTO_TEST_CASE(a_cancel_after_its_queue_pair_went_reaches_nothing) {
+  // As above, but the first handler destroys the queue pair before it cancels the second
+  // write, whose completion is in the same batch: the cancel must not reach the queue that
+  // went with the queue pair (under ASan it did: heap-use-after-free).
+  async_pair p;
+  auto x = std::make_unique<async_queue_pair>(p.service, p.pd);
+  async_queue_pair y(p.service, p.pd);
+  x->connect(y.address(p.gid), {.local_gid = p.gid});
+  y.connect(x->address(p.gid), {.local_gid = p.gid});
+  asio::cancellation_signal signal;
+  std::vector<error_code> results(2, asio::error::would_block);
+  async_write(*x, p.a_mr.slice(0, 64), p.b_mr.remote(0, 64), [&](error_code ec, std::size_t) {
+    results[0] = ec;
+    x.reset();
+    signal.emit(asio::cancellation_type::terminal);
+  });
+  async_write(
+      *x, p.a_mr.slice(64, 64), p.b_mr.remote(64, 64),
+      asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t) { results[1] = ec; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both done by the device
+  p.io.run_for(std::chrono::milliseconds(200));
+  BOOST_TEST(!x);
+  BOOST_TEST(!results[0], results[0].message());
+  BOOST_TEST(!results[1], results[1].message());
+  BOOST_TEST(p.service.outstanding() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(withdrawn_request_is_freed_when_the_context_goes_before_its_abort_runs) {
   // The abort of a withdrawn request is posted; an io_context destroyed before running it must
   // destroy the request's handler (as Asio destroys every pending handler), not leak it.

@@ -81,20 +81,20 @@ class wr_operation final : public operation {
     return ::new (static_cast<void*>(op)) wr_operation(std::move(handler), io_executor);
   }
 
-  /// Routes cancellation of the handler's slot to the queue that owns this operation.
-  void watch_cancellation(posting_queue& queue) {
+  /// Routes cancellation of the handler's slot to the queue that holds this operation, while
+  /// one does (`owner`: cleared once its result is known).
+  void watch_cancellation() {
     auto slot = boost::asio::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) {
-      slot.template emplace<canceller>(this, &queue);
+      slot.template emplace<canceller>(this);
     }
   }
 
  private:
   struct canceller {
     operation* op;
-    posting_queue* queue;
     void operator()(boost::asio::cancellation_type type) const {
-      if (type != boost::asio::cancellation_type::none) queue->cancel(op, type);
+      if (type != boost::asio::cancellation_type::none && op->owner != nullptr) op->owner->cancel(op, type);
     }
   };
 
@@ -159,7 +159,7 @@ void start(Handler&& handler, posting_queue& queue, bool is_send, Fill&& fill) {
     op->wr.recv.num_sge = 1;
   }
   fill(*static_cast<operation*>(op));
-  op->watch_cancellation(queue);
+  op->watch_cancellation();
   queue.submit(op);
 }
 
