@@ -433,8 +433,8 @@ class socket : public boost::asio::socket_base {
     return initiate_write<false>(buffers, std::forward<CompletionToken>(token));
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
-  /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, the
-  /// smaller of the two sides' limits over TCP; longer ones fail with `message_size`. See
+  /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, this
+  /// socket's own over TCP (1 MiB at most); longer ones fail with `message_size`. See
   /// `socket_options::zero_copy_messages` for large messages from registered memory.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,

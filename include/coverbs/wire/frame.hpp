@@ -39,7 +39,7 @@ enum class frame_type : std::uint8_t {
 enum class frame_status : std::uint32_t {
   ok = 0,                      ///< success, or an orderly close
   remote_access = 1,           ///< wrong key, out of bounds or missing right
-  remote_invalid_request = 2,  ///< misaligned atomic, or a message too long for the receive
+  remote_invalid_request = 2,  ///< misaligned atomic
   remote_operation = 3,        ///< the responder failed for another reason
   protocol_error = 4,          ///< the peer sent a malformed frame (close only)
 };
