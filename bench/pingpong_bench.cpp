@@ -15,6 +15,7 @@ constexpr std::string_view program = "pingpong_bench";
 constexpr std::string_view usage_head =
     "usage: pingpong_bench [--transport rdma|tcp] [--address A] [--modes LIST] [--sizes LIST]\n"
     "                      [--ops LIST] [--iterations N] [--warmup N] [--copy-sends] [--quick]\n"
+    "                      [--buffer-size N] [--receive-buffers N] [--max-spin US]\n"
     "Latency between two coverbs sockets in one process (a server thread and a client thread,\n"
     "each with its own io_context). Prints a table and, for bench/run, lines\n"
     "'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,1,METRIC,VALUE' with p50_us, p99_us, p999_us, and\n"

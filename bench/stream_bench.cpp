@@ -13,6 +13,7 @@ constexpr std::string_view usage_head =
     "usage: stream_bench [--transport rdma|tcp] [--address A] [--modes LIST] [--patterns LIST]\n"
     "                    [--sizes LIST] [--connections N] [--bytes N] [--copy-writes]\n"
     "                    [--echo-connections LIST] [--echo-size N] [--echo-count N] [--quick]\n"
+    "                    [--buffer-size N] [--receive-buffers N] [--max-spin US]\n"
     "Between coverbs sockets in one process (a server thread and a client thread). Prints a\n"
     "table and, for bench/run, lines 'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,CONNECTIONS,METRIC,\n"
     "VALUE': stream mib_s; echo rt_per_s, p50_us, p99_us (whole round trips).\n";

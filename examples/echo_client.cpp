@@ -238,7 +238,12 @@ class run {
     } catch (const asio::multiple_exceptions& x) {
       return fail(i, x.first_exception());
     } catch (const boost::system::system_error& x) {
-      fail(where + (x.code() == asio::error::eof ? "the server closed the connection" : x.code().message()));
+      // A TCP connection the server never accepted (its backlog, when it stopped) is reset
+      // before the server's hello, which the library reports as a refusal, as rdma_cm would.
+      const bool unaccepted = x.code() == asio::error::connection_refused && connected_ == opt_.connections;
+      fail(where + (x.code() == asio::error::eof ? "the server closed the connection"
+                    : unaccepted                 ? "the server never accepted it (" + x.code().message() + ")"
+                                                 : x.code().message()));
     } catch (const std::exception& x) {
       fail(where + cli::describe(x));
     }

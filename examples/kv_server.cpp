@@ -86,7 +86,11 @@ options parse(int argc, char** argv) {
     }
   }
   // A remote_buffer's length is 32 bits.
-  if (o.table.table_size() > 0xffffffffu) cli::usage_error(program, "the table would exceed 4 GiB");
+  if (o.table.table_size() > 0xffffffffu) {
+    cli::usage_error(program, "the table would exceed 4 GiB: " + std::to_string(o.table.slots) +
+                                  " slots of " + std::to_string(o.table.slot_size()) +
+                                  " bytes; use fewer --slots or a smaller --max-value");
+  }
   return o;
 }
 

@@ -27,6 +27,8 @@ if [ "$mode" = tcp ]; then
     expect 0 "client --help" '^usage: kv_client' "$client" --help
     expect 2 "server bad option" "unknown option '--bogus'" "$server" --bogus
     expect 2 "server zero slots" 'slots from 1 to' "$server" --slots 0
+    expect 2 "server table over 4 GiB" 'exceed 4 GiB: 16777216 slots of [0-9]+ bytes; use fewer --slots' \
+        "$server" --slots 16777216
     expect 2 "client without --connect" '--connect HOST\[:PORT\] is required' "$client" get k
     expect 2 "client without a command" 'no command' "$client" --connect "$addr"
     expect 2 "client unknown command" "unknown command 'fetch'" "$client" --connect "$addr" fetch k
