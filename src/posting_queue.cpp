@@ -25,7 +25,6 @@ operation* chained_after(const operation& op, bool send) noexcept {
 bool signalled(const operation& op) noexcept {
   return (op.wr.send.send_flags & IBV_SEND_SIGNALED) != 0;
 }
-// A request ended without the device, as if flushed after a cancel: operation_aborted.
 // An operation whose result is known leaves its queue for good: its handler's cancellation
 // slot, still connected until the handler runs, must reach the queue no more, which a handler
 // run before it may have destroyed with its queue pair.
@@ -33,6 +32,7 @@ void leave_queue(operation& op) noexcept {
   op.owner = nullptr;
 }
 
+// A request ended without the device, as if flushed after a cancel: operation_aborted.
 void mark_aborted(operation& op) noexcept {
   op.cancelled = true;
   op.status = IBV_WC_WR_FLUSH_ERR;
