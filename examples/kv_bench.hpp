@@ -48,7 +48,7 @@ inline boost::asio::awaitable<bench_result> run_bench(connection& c, const bench
     const auto key = detail::bench_key(k);
     const auto v = detail::bench_value(k, o.value_size);
     if (co_await c.put(key, v) != status::ok) {
-      throw std::runtime_error("the table is full: use fewer --keys or a server with more --slots");
+      throw std::runtime_error(std::string("the table is full: ") + connection::table_full_advice);
     }
     ++progress.operations;
   }

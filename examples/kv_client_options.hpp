@@ -79,8 +79,8 @@ inline options parse(int argc, char** argv) {
   const auto takes_operands = [&] {
     return !o.command.empty() && (o.command[0] == "put" || o.command[0] == "get" || o.command[0] == "del");
   };
-  auto count = [&](std::size_t low, std::size_t high, const char* what) {
-    const auto n = cli::number(args.value(), low, high);
+  auto count = [&](std::size_t low, std::size_t high, const char* what, bool suffixed = false) {
+    const auto n = cli::number(args.value(), low, high, suffixed);
     if (!n) args.bad_value(what);
     return *n;
   };
@@ -115,9 +115,7 @@ inline options parse(int argc, char** argv) {
       o.bench.keys = o.stress.keys = count(1, 1'000'000, "a number from 1 to 1000000");
       keys_given = true;
     } else if (arg == "--value-size") {
-      const auto n = cli::number(args.value(), 1, 60000, true);
-      if (!n) args.bad_value("a number of bytes from 1 to 60000");
-      o.bench.value_size = o.stress.value_size = *n;
+      o.bench.value_size = o.stress.value_size = count(1, 60000, "a number of bytes from 1 to 60000", true);
       size_given = true;
     } else if (arg == "--writers") {
       o.stress.writers = count(1, 1000, "a number from 1 to 1000");

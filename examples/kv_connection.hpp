@@ -75,6 +75,9 @@ class connection {
   const layout& table() const noexcept { return table_; }
   coverbs::socket& socket() noexcept { return socket_; }
 
+  /// What a bench or stress run that meets table_full should say to do about it.
+  static constexpr const char* table_full_advice = "use fewer --keys or a server with more --slots";
+
   /// PUT by request: ok, or table_full.
   boost::asio::awaitable<status> put(std::string_view key, std::span<const std::byte> v) {
     const auto bytes = encode(request{op::put, key, v});

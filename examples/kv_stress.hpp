@@ -89,8 +89,7 @@ class stress {
       issued_[w] = sequence;  // from now on a reader may see it
       const auto name = key(k);
       if (co_await c.put(name, v) != status::ok)
-        throw std::runtime_error(
-            "a PUT found the table full: use fewer --keys or a server with more --slots");
+        throw std::runtime_error(std::string("a PUT found the table full: ") + connection::table_full_advice);
       acked_[k] = true;
       ++result_.puts;
       ++progress_.operations;

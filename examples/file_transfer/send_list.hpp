@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ft {
@@ -70,13 +71,13 @@ inline std::optional<std::vector<send_item>> send_list(std::string_view program,
               << "\n";
     return {};
   }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      if (items[j].name != items[i].name) continue;
-      std::cerr << program << ": cannot send both " << items[j].path.string() << " and "
-                << items[i].path.string() << ": the server would store both as " << items[i].name << "\n";
-      return {};
-    }
+  std::unordered_map<std::string_view, const send_item*> by_name;  // a directory may hold many
+  for (const auto& item : items) {
+    const auto [first, fresh] = by_name.try_emplace(item.name, &item);
+    if (fresh) continue;
+    std::cerr << program << ": cannot send both " << first->second->path.string() << " and "
+              << item.path.string() << ": the server would store both as " << item.name << "\n";
+    return {};
   }
   return items;
 }
