@@ -2,6 +2,7 @@
 // tcp_stream_send.cpp, the one-sided operations in tcp_stream_one_sided.cpp.
 #include "coverbs/detail/tcp_stream.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include <boost/asio/bind_allocator.hpp>
@@ -30,9 +31,12 @@ constexpr std::size_t min_inbox_segment = 2 * 1024;
 // place in a queue), so that a peer cannot make an unread stream of empty or one-byte frames
 // grow without bound.
 constexpr std::size_t min_held_cost = 256;
-std::size_t held_cost(std::size_t slot_size) {
-  return std::max(slot_size, min_held_cost);
+std::size_t held_cost(std::size_t slot_capacity) {
+  return std::max(slot_capacity, min_held_cost);
 }
+// A free slot taken for a use whose cost is less than 1/max_slack of its capacity is
+// reallocated at that size.
+constexpr std::size_t max_slack = 4;
 // Responses this side can have queued while the peer keeps to its window of unanswered
 // requests: those not yet written (fewer than the window) and those written in a gathered
 // write that is still under way. Only a peer that ignores the window queues more.
@@ -626,7 +630,7 @@ void tcp_stream::on_hello() {
 void tcp_stream::on_stream_frame() {
   const segment s = payload_segment_;
   // A slot counts against max_held_bytes whole, from its first segment to its last release.
-  if (slot_users_[s.tag]++ == 0) held_bytes_ += held_cost(slots_[s.tag].size());
+  if (slot_users_[s.tag]++ == 0) held_bytes_ += held_cost(slots_[s.tag].capacity());
   if (header_.type == frame_type::data) {
     deliver_bytes(s);
   } else {
@@ -647,17 +651,32 @@ void tcp_stream::on_close() {
   }
 }
 
+// A held slot counts against max_held_bytes by the memory it holds, its capacity: a free slot
+// keeps the capacity of what it held last, and a byte left unread in a free 1 MiB slot must not
+// pin that megabyte while counting as 256 bytes. So the free slot that fits best is taken, and
+// one far larger than its new use gives its memory back: small frames then count small.
 std::uint32_t tcp_stream::take_slot(std::size_t size) {
-  std::uint32_t slot = 0;
   if (free_slots_.empty()) {
-    slots_.emplace_back();  // moves the others' vectors: their bytes, which segments point at, stay
+    slots_.emplace_back(size);  // moves the others' vectors: their bytes, which segments point at, stay
     slot_users_.push_back(0);
-    slot = static_cast<std::uint32_t>(slots_.size() - 1);
-  } else {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
+    return static_cast<std::uint32_t>(slots_.size() - 1);
   }
-  slots_[slot].resize(size);
+  // The smallest that fits; where none does, the largest (grown the least).
+  const auto better = [&](std::uint32_t a, std::uint32_t b) {
+    const std::size_t ca = slots_[a].capacity(), cb = slots_[b].capacity();
+    if ((ca >= size) != (cb >= size)) return ca >= size;
+    return ca >= size ? ca < cb : ca > cb;
+  };
+  const auto best = std::min_element(free_slots_.begin(), free_slots_.end(), better);
+  const std::uint32_t slot = *best;
+  *best = free_slots_.back();
+  free_slots_.pop_back();
+  std::vector<std::byte>& bytes = slots_[slot];
+  if (bytes.capacity() > max_slack * held_cost(size)) {
+    std::vector<std::byte>(size).swap(bytes);
+  } else {
+    bytes.resize(size);
+  }
   return slot;
 }
 
@@ -678,7 +697,7 @@ std::span<std::byte> tcp_stream::writable_inbox() {
 
 void tcp_stream::release(std::uint32_t tag) {
   if (--slot_users_[tag] > 0) return;
-  held_bytes_ -= held_cost(slots_[tag].size());
+  held_bytes_ -= held_cost(slots_[tag].capacity());    // unchanged while held: nothing resizes a used slot
   if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
   resume_reading();
 }

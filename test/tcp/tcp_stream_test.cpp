@@ -4,11 +4,13 @@
 #include <string>
 
 #include "raw_peer.hpp"
+#include "resource_usage.hpp"
 #include "stream_tests.hpp"
 #include "tcp_socket_pair.hpp"
 
 using namespace coverbs;
 using coverbs::test::tcp_socket_pair;
+namespace asio = boost::asio;
 
 BOOST_AUTO_TEST_SUITE(tcp_stream)
 
@@ -379,6 +381,52 @@ BOOST_AUTO_TEST_CASE(a_grown_inbox_held_by_a_segment_moves_its_rest) {
       BOOST_TEST(take(p, true, room).second == std::string(100, 'm'));
     }
   }
+}
+
+// Unread bytes count against the receiver's 4 MiB by the memory that holds them. A slot freed
+// by a 1 MiB message keeps its capacity; one byte of stream data left unread in it, counted as
+// 256 bytes, pinned that megabyte: a peer that alternated the two grew the receiver by 1 MiB a
+// round while the application took every message.
+BOOST_AUTO_TEST_CASE(unread_bytes_count_by_the_memory_that_holds_them) {
+  using coverbs::wire::frame_type;
+  test::raw_peer p;
+  std::vector<std::byte> region(64);
+  const auto registration = p.a.register_memory(region, verbs::access::remote_read);  // a reads on
+  constexpr std::size_t big = 1 << 20;
+  const auto message = test::raw_peer::encode({.type = frame_type::message, .length = big},
+                                              std::vector<std::byte>(big, std::byte{'m'}));
+  const auto one_byte =
+      test::raw_peer::encode({.type = frame_type::data}, std::vector<std::byte>(1, std::byte{'d'}));
+  const remote_buffer r = registration.remote();
+  const auto read_request = test::raw_peer::encode({.type = frame_type::read_request,
+                                                    .request_id = 1,
+                                                    .remote_address = r.address,
+                                                    .rkey = r.rkey,
+                                                    .length = 8});
+  std::vector<char> into(big);
+  constexpr int rounds = 32;
+  const std::size_t before = test::heap_bytes();
+  for (int i = 0; i < rounds; ++i) {
+    // The message, then a read request: its answer shows the message was taken into a slot,
+    // with no receive waiting.
+    test::outcome sent;
+    asio::async_write(p.raw, std::array{asio::buffer(message), asio::buffer(read_request)},
+                      test::record(sent));
+    const test::frame answer = p.receive();
+    BOOST_TEST_REQUIRE(
+        (answer.h.type == frame_type::read_response && answer.h.status == wire::frame_status::ok));
+    test::outcome received;
+    p.a.async_receive(asio::buffer(into), test::record(received));
+    test::run_until_done(p.io, [&] { return sent.done && received.done; });
+    BOOST_TEST_REQUIRE((!received.ec && received.value == big));
+    p.send_bytes(one_byte);  // into the slot just freed: nobody reads stream bytes
+  }
+  p.send_bytes(read_request);  // every byte has arrived once its answer has
+  BOOST_TEST((p.receive().h.type == frame_type::read_response));
+  BOOST_TEST(p.a.available() == static_cast<std::size_t>(rounds));
+  const std::size_t grown = test::heap_bytes() - std::min(before, test::heap_bytes());
+  BOOST_TEST(grown < std::size_t{4} << 20,
+             "the receiver grew by " << grown << " bytes over " << rounds << " rounds");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
