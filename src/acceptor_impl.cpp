@@ -357,6 +357,7 @@ void acceptor_impl::hand_over(waiter w, tcp_arrival a) {
     std::shared_ptr<tcp_stream> stream;
     try {
       stream = std::make_shared<tcp_stream>(std::move(socket), self->options_.buffer_size);
+      stream->set_close_timeout(self->options_.close_timeout);
       stream->keep_until_closed(std::move(place));
       stream->start();
     } catch (const std::exception&) {  // the connection is dropped; the accept waits on

@@ -148,6 +148,7 @@ asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const conn
   co_await s.async_connect(peer, asio::use_awaitable);
   const auto from = s.local_endpoint(), to = s.remote_endpoint();
   auto stream = std::make_shared<tcp_stream>(std::move(s), options.buffer_size, true);
+  stream->set_close_timeout(options.close_timeout);
   // The stream turns no_delay on; the user's word stands. Only that one is set again: some
   // options (IPV6_V6ONLY) are refused once a socket is bound or connected.
   for (const raw_socket_option& o : setup.options) {

@@ -239,9 +239,10 @@ void socket::shutdown(boost::asio::socket_base::shutdown_type what, error_code& 
     ec = unconnected();
     return;
   }
-  // Receiving cannot be refused to a peer that holds credits; shutting it down only matters
-  // for sends, which the peer must learn about.
+  // The peer learns of a send shutdown. Receiving cannot be refused to a peer that holds
+  // credits: a receive shutdown, as SHUT_RD on Linux, ends this side's reads with eof.
   if (what != boost::asio::socket_base::shutdown_receive) impl_->shutdown_sending();
+  if (what != boost::asio::socket_base::shutdown_send) impl_->shutdown_receiving();
 }
 
 void socket::shutdown(boost::asio::socket_base::shutdown_type what) {

@@ -268,9 +268,18 @@ void stream_core::shutdown_sending() {
   serve_waits(true);
 }
 
+void stream_core::shutdown_receiving() {
+  end_of_stream_ = true;
+  fail_immediate_waiter(error::eof, true);
+  serve_read(true);
+  serve_receive(true);
+  serve_waits(true);
+}
+
 void stream_core::serve_write(bool defer) {
   if (!write_ || direct_pending(false)) return;
-  const error_code ec = sending_refusal();
+  // Writing no bytes to a stream does nothing, as on a TCP socket, even shut down or failed.
+  const error_code ec = write_->buffers.empty() ? error_code() : sending_refusal();
   std::size_t n = 0;
   if (!ec && !write_->buffers.empty()) {
     if ((direct_bytes_[false] = transmit_direct(write_->buffers, false)) > 0) return;

@@ -95,9 +95,11 @@ std::size_t stream_core::receive_now(const mutable_buffer_list& buffers, error_c
 std::size_t stream_core::write_now(const_buffer_list buffers, bool message, error_code& ec) {
   const std::size_t size = buffers.bytes();
   const bool pending = message ? send_.has_value() : write_.has_value();
+  // Writing no bytes to a stream does nothing, as on a TCP socket, even shut down or failed.
+  if (!message && size == 0 && !pending) return ec = {}, 0;
   ec = pending ? error_code(error::in_progress) : sending_refusal();
   if (!ec && message && size > max_message_size()) ec = error::message_size;
-  if (ec || (!message && size == 0)) return 0;
+  if (ec) return 0;
   // It starts now: after the one-sided requests started before it, as an asynchronous one
   // does (a retry after would_block starts again, behind those started meanwhile).
   payload_started(message);

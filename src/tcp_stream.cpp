@@ -747,21 +747,38 @@ void tcp_stream::destroy_handlers() noexcept {
   const auto self = weak_from_this().lock();
   if (!self) return;  // being destroyed already
   broken_ = true;
+  lingering_ = false;
+  close_timer_.reset();  // while the timer service exists: this stream may outlive the context
   const fifo<one_sided_op> ops = take_operations();
   destroy_pending();
 }
 
 void tcp_stream::close() {
   if (closed_) return;
+  // Frames are queued only while the socket cannot take them: a connection that works gets
+  // them out, as the kernel sends a closed TCP socket's bytes. Cut off, the peer would miss
+  // bytes of writes that completed here, and see a frame end early (a reset, not an eof).
+  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0;
   closed_ = true;
   broken_ = true;
   fifo<one_sided_op> ops = take_operations();
   deliver_failure(error::operation_aborted, true);
   // As when a queue pair is torn down: what was started and not answered is flushed.
   for (auto& op : ops) finish(op, flushed(), 0, true);
+  if (!lingering_) return finish_close();
+  // A peer that reads nothing would hold this stream, and io_context::run, for ever.
+  close_timer_.emplace(get_executor(), close_timeout_);
+  close_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec) self->finish_close();
+  });
+}
+
+void tcp_stream::finish_close() {
+  lingering_ = false;
+  if (close_timer_) close_timer_->cancel();
   boost::system::error_code ignored;
   socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  socket_.close(ignored);  // a write still under way ends with operation_aborted (on_written)
 }
 
 }  // namespace coverbs::detail

@@ -74,7 +74,7 @@ void tcp_stream::queue_bytes(outgoing_frame f) {
 }
 
 void tcp_stream::write_next() {
-  if (outgoing_.empty() || closed_) {
+  if (outgoing_.empty() || (closed_ && !lingering_)) {
     writing_ = false;
     return;
   }
@@ -110,7 +110,7 @@ void tcp_stream::on_write_some(error_code ec, std::size_t n) {
   while (gather_begin_ < gather_end_ && n >= gather_[gather_begin_].size())
     n -= gather_[gather_begin_++].size();
   if (n > 0) gather_[gather_begin_] += n;  // a piece written in part
-  if (!ec && !closed_ && gather_begin_ < gather_end_) return write_gathered();
+  if (!ec && (!closed_ || lingering_) && gather_begin_ < gather_end_) return write_gathered();
   on_written(ec);
 }
 
@@ -127,8 +127,9 @@ void tcp_stream::on_written(error_code ec) {
     }
     outgoing_.pop_front();
   }
-  if (closed_ || ec) {
+  if ((closed_ && !lingering_) || ec) {
     writing_ = false;
+    if (lingering_) finish_close();  // the peer is gone: nothing more can reach it
     // The peer is gone (a write fails on a reset connection): reads report that, and writes
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
@@ -141,6 +142,10 @@ void tcp_stream::on_written(error_code ec) {
   write_next();
   for (const bool message : {false, true}) {
     if (direct_sent[message]) direct_done(message, {});
+  }
+  if (closed_) {
+    if (!writing_) finish_close();  // all out: the end of the stream follows
+    return;
   }
   resume_reading();
   send_requests();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "coverbs/socket.hpp"
+#include "one_sided_tests.hpp"
 
 namespace coverbs::test {
 
@@ -582,6 +583,88 @@ void close_aborts_pending_and_peer_sees_eof(asio::io_context& io, socket& a, soc
     run_until(io, [&] { return peer != asio::error::would_block; });
     BOOST_TEST((peer == asio::error::operation_aborted), peer.message());
   }
+}
+
+void close_delivers_what_was_written(asio::io_context& io, socket& a, socket& b) {
+  std::vector<std::byte> sent;
+  std::array<std::byte, 4096> chunk;
+  error_code last = asio::error::would_block;
+  std::size_t last_n = 0;
+  for (;;) {
+    for (auto& c : chunk) c = static_cast<std::byte>(sent.size() % 251 + (&c - chunk.data()) % 251);
+    last = asio::error::would_block;
+    a.async_write_some(asio::buffer(chunk), [&](error_code ec, std::size_t n) { last = ec, last_n = n; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    io.restart();
+    while (last == asio::error::would_block && std::chrono::steady_clock::now() < deadline) {
+      io.run_one_for(std::chrono::milliseconds(10));
+    }
+    if (last == asio::error::would_block) break;  // waits for room
+    BOOST_TEST_REQUIRE(!last, last.message());
+    sent.insert(sent.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(last_n));
+    BOOST_TEST_REQUIRE(sent.size() < (std::size_t{256} << 20), "no write ever waited");
+  }
+  a.close();
+  run_until(io, [&] { return last != asio::error::would_block; });
+  // Aborted, or done just before: either way it reports the bytes that left.
+  BOOST_TEST((!last || last == asio::error::operation_aborted), last.message());
+  sent.insert(sent.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(last_n));
+  std::vector<std::byte> received;
+  error_code read = asio::error::would_block;
+  asio::async_read(b, asio::dynamic_buffer(received), [&](error_code ec, std::size_t) { read = ec; });
+  run_until(io, [&] { return read != asio::error::would_block; });
+  BOOST_TEST((read == asio::error::eof), read.message());
+  BOOST_TEST(received.size() == sent.size());
+  BOOST_TEST((received == sent));
+}
+
+void shutdown_receive_ends_reads(asio::io_context& io, socket& a, socket& b) {
+  std::array<char, 16> in{};
+  error_code pending = asio::error::would_block;
+  outcome read, received, wrote, got;
+  struct closer {  // a test that failed leaves no handler pointing at these locals
+    socket& s;
+    asio::io_context& io;
+    ~closer() {
+      s.close();
+      io.restart();
+      io.poll();
+    }
+  } guard{a, io};
+  a.async_read_some(asio::buffer(in), [&](error_code ec, std::size_t) { pending = ec; });
+  io.restart();
+  io.run_for(std::chrono::milliseconds(20));
+  BOOST_TEST_REQUIRE((pending == asio::error::would_block), pending.message());
+  a.shutdown(asio::socket_base::shutdown_receive);
+  run_until(io, [&] { return pending != asio::error::would_block; });
+  BOOST_TEST_REQUIRE((pending == asio::error::eof), pending.message());
+  a.async_read_some(asio::buffer(in), record(read));
+  a.async_receive(asio::buffer(in), record(received));
+  const std::string hello = "hello";
+  std::array<char, 16> at_b{};
+  a.async_write_some(asio::buffer(hello), record(wrote));
+  b.async_read_some(asio::buffer(at_b), record(got));
+  run_until(io, [&] { return read.done && received.done && wrote.done && got.done; });
+  BOOST_TEST((read.ec == asio::error::eof), read.ec.message());
+  BOOST_TEST((received.ec == asio::error::eof), received.ec.message());
+  BOOST_TEST(!wrote.ec, wrote.ec.message());
+  BOOST_TEST(!got.ec, got.ec.message());
+  BOOST_TEST(got.value > 0u);
+  BOOST_TEST(std::string(at_b.data(), got.value) == hello.substr(0, got.value));
+
+  // Writing no bytes does nothing, as on a TCP socket, even once sending is shut down.
+  a.shutdown(asio::socket_base::shutdown_send);
+  outcome empty;
+  a.async_write_some(asio::const_buffer(), record(empty));
+  run_until(io, [&] { return empty.done; });
+  BOOST_TEST(!empty.ec, empty.ec.message());
+  error_code ec = asio::error::would_block;
+  BOOST_TEST(a.write_some(asio::const_buffer(), ec) == 0u);
+  BOOST_TEST(!ec, ec.message());
+  outcome one_byte;
+  a.async_write_some(asio::buffer(hello, 1), record(one_byte));
+  run_until(io, [&] { return one_byte.done; });
+  BOOST_TEST((one_byte.ec == asio::error::broken_pipe), one_byte.ec.message());
 }
 
 void lazy_operation_acts_on_the_socket_when_started(asio::io_context& io, socket& a, socket& b) {

@@ -160,6 +160,16 @@ void registered_write_cancelled_in_flight(boost::asio::io_context& io, socket& a
 void close_aborts_pending_and_peer_sees_eof(boost::asio::io_context& io, socket& a, socket& b,
                                             bool peer_notified = true);
 
+/// As closing a TCP socket: `a` writes while `b` reads nothing until a write has to wait (the
+/// transport's queues and the kernel's are full), then closes; `b` still reads every byte of
+/// the writes that completed, then eof.
+void close_delivers_what_was_written(boost::asio::io_context& io, socket& a, socket& b);
+
+/// shutdown(shutdown_receive) ends a pending read with eof, and later reads and receives too,
+/// as on a TCP socket; writing goes on, and the peer reads it. After shutdown(shutdown_send)
+/// a write of no bytes still succeeds (a no-op), one of a byte gets broken_pipe.
+void shutdown_receive_ends_reads(boost::asio::io_context& io, socket& a, socket& b);
+
 /// A lazy operation (asio::deferred) acts on the socket as it is when it starts, as on an Asio
 /// socket: one made while open and started later moves bytes; one started after close() gets
 /// bad_descriptor and touches nothing.

@@ -55,11 +55,12 @@ struct socket_options {
   /// from the caller's memory either way.) Like the other options, an accepted connection
   /// takes the acceptor's.
   bool zero_copy_messages = false;
-  /// RDMA: how long `close()` lets the bytes already written, and then the end of the stream,
-  /// reach the peer before it drops the connection (as a lingering TCP close resets it). A
-  /// peer that is gone or stopped could otherwise hold the connection's QP and memory, and
+  /// How long `close()` lets the bytes already written, and then the end of the stream, reach
+  /// the peer before it drops the connection (as a lingering TCP close resets it). A peer that
+  /// is gone or stopped could otherwise hold the connection (its QP and memory over RDMA) and
   /// keep `io_context::run` from returning, for ever. Zero drops it at once, as a close with
-  /// SO_LINGER 0 does (it is not "no limit"). (Over TCP the kernel does this part.)
+  /// SO_LINGER 0 does (it is not "no limit"). Over TCP this covers the frames the library
+  /// still queues (while the kernel's buffer is full); the kernel then sends what it holds.
   std::chrono::milliseconds close_timeout{10000};
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.
@@ -161,7 +162,8 @@ class socket : public boost::asio::socket_base {
   void bind(const endpoint_type& local);
   /// As above, reporting through `ec`.
   void bind(const endpoint_type& local, error_code& ec);
-  /// Shuts down sending (the peer reads eof), receiving, or both.
+  /// Shuts down sending (the peer reads eof), receiving (reads here end with eof once what has
+  /// arrived is taken, as after SHUT_RD on Linux; the peer is not told), or both.
   void shutdown(boost::asio::socket_base::shutdown_type what);
   /// As above, with `not_connected` in `ec` before connecting, `bad_descriptor` when closed.
   void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec);

@@ -78,6 +78,16 @@ BOOST_AUTO_TEST_CASE(close) {
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b, false);
 }
 
+BOOST_AUTO_TEST_CASE(close_delivers_what_was_written) {
+  rdma_socket_pair p;
+  test::close_delivers_what_was_written(p.io, p.a, p.b);
+}
+
+BOOST_AUTO_TEST_CASE(shutdown_receive_ends_reads) {
+  rdma_socket_pair p;
+  test::shutdown_receive_ends_reads(p.io, p.a, p.b);
+}
+
 // A peer that takes nothing (its QP up, no receive posted: a stopped process) answers every
 // send with receiver-not-ready, which the QP retries for ever: close() gives up on what it
 // still has to send once its timeout has passed, and the flush then ends every request.

@@ -91,6 +91,16 @@ BOOST_AUTO_TEST_CASE(close) {
   test::close_aborts_pending_and_peer_sees_eof(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(close_delivers_what_was_written) {
+  tcp_socket_pair p;
+  test::close_delivers_what_was_written(p.io, p.a, p.b);
+}
+
+BOOST_AUTO_TEST_CASE(shutdown_receive_ends_reads) {
+  tcp_socket_pair p;
+  test::shutdown_receive_ends_reads(p.io, p.a, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(fast_peer_leaves_room_for_other_handlers) {
   tcp_socket_pair p(64 * 1024, test::peer_context::own);
   test::fast_peer_leaves_room_for_other_handlers(p.io, p.a, p.peer_io, p.b);

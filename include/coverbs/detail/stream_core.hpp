@@ -147,6 +147,9 @@ class stream_core : public handler_holder {
   /// No more sends from this side: the peer reads eof after what was sent, and later writes
   /// and sends end with broken_pipe, as on a TCP socket.
   void shutdown_sending();
+  /// No more input for this side's user, as after SHUT_RD on Linux: reads, receives and waits
+  /// for an immediate end with eof once what is held is taken. Nothing tells the peer.
+  void shutdown_receiving();
   /// The transport's half of shutdown_sending: tell the peer.
   virtual void shutdown_send() = 0;
   /// Tears the connection down; pending operations end with operation_aborted.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,7 +36,11 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// Sends hello and starts reading frames.
   void start();
   void shutdown_send() override;
+  /// As closing a TCP socket: the frames already queued (what writes and sends reported taken)
+  /// still go out, then the end of the stream, for up to the close timeout.
   void close() override;
+  /// How long close() lets queued frames reach the peer (socket_options::close_timeout).
+  void set_close_timeout(std::chrono::milliseconds timeout) noexcept { close_timeout_ = timeout; }
   /// Messages are single frames, so the peer's payload limit bounds them too.
   std::size_t max_message_size() const noexcept override {
     return std::min<std::size_t>(max_message_, limit_ != 0 ? limit_ : wire::max_payload_size);
@@ -76,6 +82,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   void release(std::uint32_t tag) override;
   void immediate_taken() override;
+  /// The end of close(): shuts the socket down and closes it, whatever is still queued.
+  void finish_close();
   /// Both kinds: a non-blocking send that found its requests unsent waits with wait_write too.
   bool writable() const noexcept override { return takes_payload(false) && takes_payload(true); }
   void payload_started(bool message) noexcept override { payload_after_[message] = requests_started_; }
@@ -212,6 +220,9 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   unsigned reads_this_turn_ = 0;  ///< socket reads since read_frames_anew
   std::uint64_t socket_reads_ = 0;
   bool closed_ = false;        ///< close() was called
+  bool lingering_ = false;     ///< closed, with queued frames still going out (finish_close ends it)
+  std::chrono::milliseconds close_timeout_{10000};
+  std::optional<boost::asio::steady_timer> close_timer_;  ///< while lingering
   bool broken_ = false;        ///< the connection failed (or was closed): nothing new starts
   bool stream_ended_ = false;  ///< this side sent close(ok)
   bool peer_ended_ = false;    ///< the peer sent close(ok)
