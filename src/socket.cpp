@@ -1,6 +1,7 @@
 #include "coverbs/socket.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -80,6 +81,11 @@ registered_memory socket::register_memory(std::span<std::byte> memory, verbs::ac
   registered_memory r;
   if (!impl_) {
     ec = unconnected();
+    return r;
+  }
+  // A remote_buffer's length is 32 bits: a larger region could not be described to the peer.
+  if (memory.size() > std::numeric_limits<std::uint32_t>::max()) {
+    ec = make_error_code(boost::system::errc::value_too_large);
     return r;
   }
   try {

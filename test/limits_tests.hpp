@@ -28,7 +28,8 @@ void operation_limit(transport kind, std::chrono::seconds limit);
 
 /// A connection limited to 1 MiB of registered memory refuses a registration past it with
 /// registration_limit (thrown, or in `ec`), counts each registration once however it moves,
-/// and takes more once one ends. The peer's limit is its own.
+/// and takes more once one ends. The peer's limit is its own. A region of 4 GiB or more is
+/// refused with value_too_large.
 void registration_limit(transport kind);
 
 }  // namespace coverbs::test

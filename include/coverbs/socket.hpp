@@ -471,7 +471,8 @@ class socket : public boost::asio::socket_base {
   /// Registers `memory` so the peer can reach it through this connection with `rights`
   /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
   /// `not_connected` before connecting, `bad_descriptor` when closed,
-  /// `errc::registration_limit` past `options().max_registered_bytes`.
+  /// `errc::registration_limit` past `options().max_registered_bytes`, `value_too_large` for
+  /// 4 GiB or more (a remote_buffer's length is 32 bits).
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
   /// As above, reporting through `ec`; on failure the result registers nothing.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec);
