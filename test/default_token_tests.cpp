@@ -36,6 +36,13 @@ void default_token_types(transport kind) {
   static_assert(std::is_same_v<tcp_socket::executor_type, tcp_acceptor::executor_type>);
   static_assert(std::is_same_v<tcp_socket::rebind_executor<asio::any_io_executor>::other, socket>);
   static_assert(std::is_same_v<tcp_acceptor::rebind_executor<asio::any_io_executor>::other, acceptor>);
+  // The constructor shapes of tcp::socket and tcp::acceptor, on a context or an executor.
+  using asio::ip::tcp;
+  using default_executor = tcp_socket::executor_type;
+  static_assert(std::is_constructible_v<tcp_socket, asio::io_context&, tcp>);
+  static_assert(std::is_constructible_v<tcp_socket, default_executor, tcp::endpoint>);
+  static_assert(std::is_constructible_v<tcp_acceptor, asio::io_context&, tcp>);
+  static_assert(std::is_constructible_v<tcp_acceptor, default_executor, tcp::endpoint, bool>);
   // Stream layers take the executor type, and so the default token, of the lowest layer.
   static_assert(std::is_same_v<asio::ssl::stream<tcp_socket>::executor_type, tcp_socket::executor_type>);
 

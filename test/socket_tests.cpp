@@ -158,8 +158,8 @@ void socket_options_as_asio(transport kind) {
 
 /// What Asio programs reach through their socket and acceptor types besides the members:
 /// socket_base's names (`tcp::socket::shutdown_both`, `tcp::acceptor::reuse_address`, ...),
-/// lowest_layer(), the acceptor's (context, endpoint, reuse_address) constructor and its
-/// error_code overloads, each as on tcp::socket and tcp::acceptor.
+/// lowest_layer(), the constructor shapes (protocol, endpoint, reuse_address) and the error_code
+/// overloads, each as on tcp::socket and tcp::acceptor.
 void asio_names_and_overloads(transport kind) {
   namespace asio = boost::asio;
   using tcp_socket = socket;
@@ -172,6 +172,24 @@ void asio_names_and_overloads(transport kind) {
   error_code ec = asio::error::would_block;
   p.a.lowest_layer().set_option(tcp_socket::keep_alive(true), ec);
   BOOST_TEST((kind == transport::tcp ? !ec : ec == asio::error::operation_not_supported), ec.message());
+
+  // tcp::socket's and tcp::acceptor's other constructor shapes: opened for a protocol, opened
+  // and bound, and (executor, endpoint, reuse_address).
+  const socket_options same{.kind = kind};
+  // (is_open() stays false until connected, as documented; local_endpoint() shows the open.)
+  tcp_socket opened(p.io, asio::ip::tcp::v4(), same);
+  ec = asio::error::would_block;
+  BOOST_TEST((opened.local_endpoint(ec) == asio::ip::tcp::endpoint(asio::ip::tcp::v4(), 0)));
+  BOOST_TEST(!ec, ec.message());
+  const asio::ip::tcp::endpoint here(test_address(), 0);
+  tcp_socket bound_socket(p.io.get_executor(), here, same);
+  BOOST_TEST((bound_socket.local_endpoint() == here));
+  tcp_acceptor unbound(p.io, asio::ip::tcp::v4(), same);
+  BOOST_TEST(unbound.is_open());
+  static_assert(std::is_constructible_v<tcp_socket, asio::io_context&, asio::ip::tcp::endpoint>);
+  static_assert(std::is_constructible_v<tcp_acceptor, asio::io_context&, asio::ip::tcp>);
+  tcp_acceptor on_executor(p.io.get_executor(), asio::ip::tcp::endpoint(test_address(), 0), true);
+  BOOST_TEST(on_executor.local_endpoint().port() != 0);
 
   tcp_acceptor second(p.io, asio::ip::tcp::endpoint(test_address(), 0), true);
   ec = asio::error::would_block;

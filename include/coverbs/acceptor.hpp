@@ -77,6 +77,20 @@ class acceptor : public boost::asio::socket_base {
             std::enable_if_t<detail::context_and_flag<ExecutionContext, Bool>, int> = 0>
   acceptor(ExecutionContext& context, const endpoint_type& endpoint, Bool reuse_address)
       : acceptor(context.get_executor(), endpoint, socket_options(), reuse_address) {}
+  /// As above, on `executor`.
+  template <class Bool, std::enable_if_t<std::is_same_v<Bool, bool>, int> = 0>
+  acceptor(const executor_type& executor, const endpoint_type& endpoint, Bool reuse_address)
+      : acceptor(executor, endpoint, socket_options(), reuse_address) {}
+  /// Opened for `protocol`, as `tcp::acceptor(context, protocol)`: options, `bind` and
+  /// `listen` follow.
+  acceptor(const executor_type& executor, const protocol_type& protocol, const socket_options& options = {})
+      : acceptor(executor, options) {
+    open(protocol);
+  }
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  acceptor(ExecutionContext& context, const protocol_type& protocol, const socket_options& options = {})
+      : acceptor(context.get_executor(), protocol, options) {}
   /// Not yet open: set it up step by step with `open`, `set_option`, `bind` and `listen`, as
   /// a `tcp::acceptor` made from a context alone.
   explicit acceptor(const executor_type& executor, const socket_options& options = {});

@@ -44,6 +44,19 @@ class rebound_acceptor : public acceptor {
             std::enable_if_t<detail::context_and_flag<ExecutionContext, Bool>, int> = 0>
   rebound_acceptor(ExecutionContext& context, const endpoint_type& endpoint, Bool reuse_address)
       : rebound_acceptor(executor_type(context.get_executor()), endpoint, socket_options(), reuse_address) {}
+  /// As above, on `executor`.
+  template <class Bool, std::enable_if_t<std::is_same_v<Bool, bool>, int> = 0>
+  rebound_acceptor(const executor_type& executor, const endpoint_type& endpoint, Bool reuse_address)
+      : acceptor(executor, endpoint, socket_options(), reuse_address) {}
+  /// Opened for `protocol`, as acceptor's.
+  rebound_acceptor(const executor_type& executor, const protocol_type& protocol,
+                   const socket_options& options = {})
+      : acceptor(executor, protocol, options) {}
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  rebound_acceptor(ExecutionContext& context, const protocol_type& protocol,
+                   const socket_options& options = {})
+      : rebound_acceptor(executor_type(context.get_executor()), protocol, options) {}
   /// Not yet open: set it up with `open`, `set_option`, `bind` and `listen`.
   explicit rebound_acceptor(const executor_type& executor, const socket_options& options = {})
       : acceptor(executor, options) {}

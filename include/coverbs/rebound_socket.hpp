@@ -45,6 +45,26 @@ class rebound_socket : public socket {
     requires detail::is_execution_context<ExecutionContext>
   explicit rebound_socket(ExecutionContext& context, const socket_options& options = {})
       : rebound_socket(executor_type(context.get_executor()), options) {}
+  /// Opened for `protocol`, as socket's.
+  rebound_socket(const executor_type& executor, const protocol_type& protocol,
+                 const socket_options& options = {})
+      : socket(executor, protocol, options) {}
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext>
+  requires detail::is_execution_context<ExecutionContext> rebound_socket(ExecutionContext& context,
+                                                                         const protocol_type& protocol,
+                                                                         const socket_options& options = {})
+      : rebound_socket(executor_type(context.get_executor()), protocol, options) {}
+  /// Opened and bound to `local`, as socket's.
+  rebound_socket(const executor_type& executor, const endpoint_type& local,
+                 const socket_options& options = {})
+      : socket(executor, local, options) {}
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext>
+  requires detail::is_execution_context<ExecutionContext> rebound_socket(ExecutionContext& context,
+                                                                         const endpoint_type& local,
+                                                                         const socket_options& options = {})
+      : rebound_socket(executor_type(context.get_executor()), local, options) {}
   /// Takes `other`'s connection (any coverbs socket, whatever its executor type), as a
   /// `tcp::socket` is moved into one of another executor type.
   rebound_socket(socket&& other) noexcept  // NOLINT(google-explicit-constructor): as Asio's

@@ -116,6 +116,28 @@ class socket : public boost::asio::socket_base {
     requires detail::is_execution_context<ExecutionContext>
   explicit socket(ExecutionContext& context, const socket_options& options = {})
       : socket(context.get_executor(), options) {}
+  /// Opened for `protocol`, as `tcp::socket(context, protocol)`: options and `bind` may follow.
+  socket(const executor_type& executor, const protocol_type& protocol, const socket_options& options = {})
+      : socket(executor, options) {
+    open(protocol);
+  }
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext>
+  requires detail::is_execution_context<ExecutionContext> socket(ExecutionContext& context,
+                                                                 const protocol_type& protocol,
+                                                                 const socket_options& options = {})
+      : socket(context.get_executor(), protocol, options) {}
+  /// Opened and bound to `local`, as `tcp::socket(context, endpoint)`: connects leave from it.
+  socket(const executor_type& executor, const endpoint_type& local, const socket_options& options = {})
+      : socket(executor, local.protocol(), options) {
+    bind(local);
+  }
+  /// As above, on `context`'s executor.
+  template <class ExecutionContext>
+  requires detail::is_execution_context<ExecutionContext> socket(ExecutionContext& context,
+                                                                 const endpoint_type& local,
+                                                                 const socket_options& options = {})
+      : socket(context.get_executor(), local, options) {}
   /// Takes `other`'s connection; `other` is left closed, on the same executor and options.
   socket(socket&& other) noexcept;
   /// Closes this socket, then takes `other`'s connection.
