@@ -683,6 +683,33 @@ inline void bad_arguments_are_refused_locally(asio::io_context& io, socket& a, s
   bulk_both_ways(io, a, b, 4096);
 }
 
+/// A READ, WRITE or WRITE with immediate of no bytes reaches no memory, so the responder checks
+/// no key or address for it (InfiniBand's rule C9-88, as rxe does): each succeeds against a
+/// key nobody registered, the immediate arrives, and the connection goes on.
+inline void zero_length_operations_need_no_key(asio::io_context& io, socket& a, socket& b) {
+  guarded_region target(b, 4096, all_remote_rights);  // b answers requests (TCP: it reads)
+  local_memory local(a, 64);
+  const remote_buffer nowhere{.address = 0x1000, .rkey = target.remote(0, 8).rkey + 1, .length = 0};
+  std::vector<outcome> results(3);
+  outcome immediate;
+  b.async_receive_immediate(record(immediate));
+  a.async_write(local.slice(0, 0), nowhere, record(results[0]));
+  a.async_read(local.slice(0, 0), nowhere, record(results[1]));
+  a.async_write_with_immediate(local.slice(0, 0), remote_buffer{}, 7, record(results[2]));
+  run_until_done(io, [&] { return all_done(results) && immediate.done; });
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    BOOST_TEST_CONTEXT("operation " << i) {
+      BOOST_TEST(!results[i].ec, results[i].ec.message());
+      BOOST_TEST(results[i].value == 0u);
+    }
+  }
+  BOOST_TEST(!immediate.ec, immediate.ec.message());
+  BOOST_TEST(immediate.value == 7u);
+  BOOST_TEST(target.untouched());
+  BOOST_TEST(local.untouched());
+  bulk_both_ways(io, a, b, 4096);
+}
+
 /// Shutting down the sending side ends the peer's stream only: one-sided operations keep
 /// working in both directions, and so does the peer's stream towards the side that shut down.
 inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b) {
@@ -767,6 +794,10 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
   BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                            \
     Pair p;                                                                   \
     coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                  \
+  }                                                                           \
+  BOOST_AUTO_TEST_CASE(zero_length_operations_need_no_key) {                  \
+    Pair p;                                                                   \
+    coverbs::test::zero_length_operations_need_no_key(p.io, p.a, p.b);        \
   }                                                                           \
   COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                 \
   COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                         \

@@ -420,12 +420,15 @@ BOOST_AUTO_TEST_CASE(refused_requests_are_answered_then_closed) {
     frame_status status;
   };
   const refusal cases[] = {
-      {"wrong key",
+      {"wrong key",  // (with bytes to read: a zero-length request checks no key)
        [](const remote_buffer& r) {
-         return wire::frame_header{
-             .type = frame_type::write, .request_id = 5, .remote_address = r.address, .rkey = r.rkey + 1};
+         return wire::frame_header{.type = frame_type::read_request,
+                                   .request_id = 5,
+                                   .remote_address = r.address,
+                                   .rkey = r.rkey + 1,
+                                   .length = 8};
        },
-       frame_type::write_response, frame_status::remote_access},
+       frame_type::read_response, frame_status::remote_access},
       {"past the end",
        [](const remote_buffer& r) {
          return wire::frame_header{.type = frame_type::read_request,

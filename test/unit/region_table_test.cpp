@@ -145,7 +145,21 @@ BOOST_AUTO_TEST_CASE(each_bound_edge_is_a_remote_access_error) {
   BOOST_TEST((g.table.check(g.r.rkey, g.start + 8, ~0ull, verbs::access::remote_read) == remote_access));
   BOOST_TEST((g.table.check(g.r.rkey, g.start + 8, ~0ull - 7, verbs::access::remote_read) == remote_access));
   BOOST_TEST((g.table.check(g.r.rkey, ~0ull, 2, verbs::access::remote_read) == remote_access));
-  BOOST_TEST((g.table.check(g.r.rkey, g.end + 1, 0, verbs::access::remote_read) == remote_access));
+}
+
+// No bytes reach no memory: as InfiniBand's rule C9-88 has it, and rxe does, neither the key,
+// the address nor the rights of a zero-length read or write are checked.
+BOOST_AUTO_TEST_CASE(zero_length_is_not_checked) {
+  guarded g(verbs::access::local_write);
+  for (const auto right : {verbs::access::remote_read, verbs::access::remote_write}) {
+    BOOST_TEST(!g.table.check(g.r.rkey, g.end + 1, 0, right));
+    BOOST_TEST(!g.table.check(g.r.rkey + 1, 0, 0, right));
+    BOOST_TEST(!g.table.check(0, ~0ull, 0, right));
+  }
+  std::byte* at = nullptr;
+  BOOST_TEST(!g.table.write_target(12345, 0, 0, at));
+  BOOST_TEST(at != nullptr);  // for a zero-byte copy
+  BOOST_TEST(g.untouched());
 }
 
 BOOST_AUTO_TEST_CASE(write_without_remote_write_is_refused) {

@@ -25,7 +25,8 @@ class region_table {
   /// Number of registered regions.
   std::size_t size() const noexcept { return regions_.size(); }
 
-  /// Checks that `[addr, addr + length)` lies in `rkey`'s region and that the region grants `right`.
+  /// Checks that `[addr, addr + length)` lies in `rkey`'s region and that the region grants `right`
+  /// (with `length` 0 nothing is checked: InfiniBand's rule C9-88).
   std::error_code check(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
                         verbs::access right) const noexcept;
   /// Where an RDMA WRITE of `length` bytes at `addr` lands (needs remote_write), for a caller
