@@ -9,8 +9,10 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/socket_base.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <exception>
@@ -61,7 +63,8 @@ struct stream_messages {
 struct shared_state {
   std::mutex mutex;
   std::exception_ptr error;
-  clock_type::time_point start;         ///< set before the clients start
+  clock_type::time_point start;         ///< set before the clients start (see stream::client)
+  std::size_t clients = 0;              ///< how many clients run_pair runs
   std::atomic<std::size_t> pending{0};  ///< stream: receivers still short of their bytes
   std::atomic<clock_type::rep> end{0};  ///< stream: when the last receiver had everything
   void fail(std::exception_ptr e) {
@@ -79,6 +82,7 @@ template <class Socket, class MakeAcceptor, class MakeSocket, class Serve, class
 void run_pair(shared_state& state, std::size_t connections, MakeAcceptor make_acceptor,
               MakeSocket make_socket, Serve serve, Client client) {
   asio::io_context server_io, client_io;  // outlive every socket, which are made inside
+  state.clients = connections;
   auto fail = [&](std::exception_ptr e) {
     state.fail(e);
     server_io.stop();
@@ -197,12 +201,14 @@ struct pingpong {
 };
 
 /// Streaming: each client writes `bytes` with asio::async_write calls of `size` bytes; each
-/// server reads them with async_read_some. The clock runs from the start (all connected)
+/// server reads them with async_read_some. The clock runs from when every client is connected
+/// and has its buffer (allocated, filled and registered, as perftest's are before its clock)
 /// until the last server has all its bytes.
 struct stream {
   std::size_t size, bytes;
   shared_state* state;
   bool register_source = false;  ///< register the client's buffer (see register_if_possible)
+  std::size_t ready = 0;         ///< clients with their buffer, counted on the clients' thread
 
   template <class Socket>
   awaitable<void> serve(Socket& s, std::size_t) {
@@ -222,6 +228,14 @@ struct stream {
   awaitable<void> client(Socket& s, std::size_t) {
     std::vector<std::byte> data(size, std::byte{0xa5});
     const auto registration = register_if_possible(s, data, register_source);
+    // No client writes before all have their buffers, and the clock restarts then: the clients
+    // share a thread, so each waits by yielding it to the others, and none has written yet.
+    if (++ready >= state->clients) {
+      state->start = clock_type::now();
+    } else {
+      const auto executor = co_await asio::this_coro::executor;
+      while (ready < state->clients) co_await asio::post(executor, use_awaitable);
+    }
     for (std::size_t sent = 0; sent < bytes;) {
       const auto next = asio::buffer(data.data(), std::min(size, bytes - sent));
       // From registered memory: async_write_some with the whole write (asio::async_write offers
