@@ -653,9 +653,22 @@ void tcp_stream::on_close() {
 
 // A held slot counts against max_held_bytes by the memory it holds, its capacity: a free slot
 // keeps the capacity of what it held last, and a byte left unread in a free 1 MiB slot must not
-// pin that megabyte while counting as 256 bytes. So the free slot that fits best is taken, and
-// one far larger than its new use gives its memory back: small frames then count small.
+// pin that megabyte while counting as 256 bytes. So a free slot far larger than its new use
+// gives its memory back (small frames then count small), and where the last one freed does not
+// fit, the one that fits best is taken.
 std::uint32_t tcp_stream::take_slot(std::size_t size) {
+  const auto fits_well = [&](std::uint32_t slot) {
+    const std::size_t capacity = slots_[slot].capacity();
+    return capacity >= size && capacity <= max_slack * held_cost(size);
+  };
+  // The last one freed, where it fits: steady traffic reuses it without looking further (a
+  // backlog of small frames can leave thousands of free slots).
+  if (!free_slots_.empty() && fits_well(free_slots_.back())) {
+    const std::uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    slots_[slot].resize(size);
+    return slot;
+  }
   if (free_slots_.empty()) {
     slots_.emplace_back(size);  // moves the others' vectors: their bytes, which segments point at, stay
     slot_users_.push_back(0);
@@ -757,8 +770,11 @@ void tcp_stream::close() {
   if (closed_) return;
   // Frames are queued only while the socket cannot take them: a connection that works gets
   // them out, as the kernel sends a closed TCP socket's bytes. Cut off, the peer would miss
-  // bytes of writes that completed here, and see a frame end early (a reset, not an eof).
-  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0;
+  // bytes of writes that completed here, and see a frame end early (a reset, not an eof). Not
+  // while one-sided operations of this side's are outstanding, as over RDMA: closing flushes
+  // them, and their request frames must not reach the peer after that (nor its answers arrive
+  // unread, which would make the kernel reset the connection).
+  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0 && operations_.empty();
   closed_ = true;
   broken_ = true;
   fifo<one_sided_op> ops = take_operations();

@@ -60,7 +60,8 @@ struct socket_options {
   /// is gone or stopped could otherwise hold the connection (its QP and memory over RDMA) and
   /// keep `io_context::run` from returning, for ever. Zero drops it at once, as a close with
   /// SO_LINGER 0 does (it is not "no limit"). Over TCP this covers the frames the library
-  /// still queues (while the kernel's buffer is full); the kernel then sends what it holds.
+  /// still queues (while the kernel's buffer is full), which go out as the io_context runs;
+  /// the kernel then sends what it holds.
   std::chrono::milliseconds close_timeout{10000};
 
   // Limits; 0 means none. Reaching one is an error the caller sees at once, never a wait.

@@ -439,4 +439,47 @@ BOOST_AUTO_TEST_CASE(unread_bytes_count_by_the_memory_that_holds_them) {
              "the receiver grew by " << grown << " bytes over " << rounds << " rounds");
 }
 
+// close() lets queued frames go out, but not while one-sided operations are outstanding, as
+// over RDMA: closing flushes them, so their request frames must not reach the peer afterwards
+// (a write or compare-and-swap would take effect after its requester was told it did not).
+BOOST_AUTO_TEST_CASE(close_sends_no_request_it_flushed) {
+  using coverbs::wire::frame_type;
+  test::raw_peer p;  // reads nothing until the end: a's frames queue up
+  std::vector<std::byte> local(64);
+  const auto registration = p.a.register_memory(local, verbs::access::none);
+  // Large writes go out from this buffer, one frame each: the one the kernel has no room for
+  // waits in the queue, and the read's request frame queues behind it.
+  const std::vector<std::byte> chunk(64 * 1024);
+  test::outcome wrote;
+  do {
+    wrote = {};
+    p.a.async_write_some(asio::buffer(chunk), test::record(wrote));
+    p.io.restart();
+    for (int i = 0; i < 30 && !wrote.done; ++i) p.io.run_one_for(std::chrono::milliseconds(10));
+  } while (wrote.done);
+  test::outcome read;
+  p.a.async_read(registration.slice(0, 8), remote_buffer{.address = 64, .rkey = 77, .length = 8},
+                 test::record(read));
+  p.io.restart();
+  p.io.poll();
+  p.a.close();
+  std::vector<std::byte> all;  // everything a's side sent, until its end, read as it comes
+  test::outcome drained;
+  asio::async_read(p.raw, asio::dynamic_buffer(all), test::record(drained));
+  test::run_until_done(p.io, [&] { return read.done && wrote.done && drained.done; });
+  BOOST_TEST((read.ec == make_error_code(wc_errc::flushed)), read.ec.message());
+  std::size_t frames = 0, requests = 0;
+  // (The last frame may be cut short: the connection closed at once, under way.)
+  for (std::size_t at = 0; at + wire::header_size <= all.size();) {
+    wire::frame_header h;
+    BOOST_TEST_REQUIRE(!wire::decode_header(
+        std::span<const std::byte, wire::header_size>(all.data() + at, wire::header_size), h));
+    ++frames;
+    requests += h.type == frame_type::read_request;
+    at += wire::header_size + h.payload_length;
+  }
+  BOOST_TEST(frames > 1u);
+  BOOST_TEST(requests == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
