@@ -188,6 +188,7 @@ void asio_names_and_overloads(transport kind) {
   BOOST_TEST(unbound.is_open());
   static_assert(std::is_constructible_v<tcp_socket, asio::io_context&, asio::ip::tcp::endpoint>);
   static_assert(std::is_constructible_v<tcp_acceptor, asio::io_context&, asio::ip::tcp>);
+  [[maybe_unused]] tcp_socket defaulted(p.io, {}), defaulted_on_executor(p.io.get_executor(), {});
   tcp_acceptor on_executor(p.io.get_executor(), asio::ip::tcp::endpoint(test_address(), 0), true);
   BOOST_TEST(on_executor.local_endpoint().port() != 0);
 

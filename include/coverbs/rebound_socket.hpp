@@ -50,20 +50,19 @@ class rebound_socket : public socket {
                  const socket_options& options = {})
       : socket(executor, protocol, options) {}
   /// As above, on `context`'s executor.
-  template <class ExecutionContext>
-  requires detail::is_execution_context<ExecutionContext> rebound_socket(ExecutionContext& context,
-                                                                         const protocol_type& protocol,
-                                                                         const socket_options& options = {})
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  rebound_socket(ExecutionContext& context, const protocol_type& protocol, const socket_options& options = {})
       : rebound_socket(executor_type(context.get_executor()), protocol, options) {}
-  /// Opened and bound to `local`, as socket's.
-  rebound_socket(const executor_type& executor, const endpoint_type& local,
-                 const socket_options& options = {})
+  /// Opened and bound to `local`, as socket's (a template for the same reason).
+  template <class Endpoint, std::enable_if_t<std::is_same_v<Endpoint, endpoint_type>, int> = 0>
+  rebound_socket(const executor_type& executor, const Endpoint& local, const socket_options& options = {})
       : socket(executor, local, options) {}
   /// As above, on `context`'s executor.
-  template <class ExecutionContext>
-  requires detail::is_execution_context<ExecutionContext> rebound_socket(ExecutionContext& context,
-                                                                         const endpoint_type& local,
-                                                                         const socket_options& options = {})
+  template <
+      class ExecutionContext, class Endpoint,
+      std::enable_if_t<
+          detail::is_execution_context<ExecutionContext> && std::is_same_v<Endpoint, endpoint_type>, int> = 0>
+  rebound_socket(ExecutionContext& context, const Endpoint& local, const socket_options& options = {})
       : rebound_socket(executor_type(context.get_executor()), local, options) {}
   /// Takes `other`'s connection (any coverbs socket, whatever its executor type), as a
   /// `tcp::socket` is moved into one of another executor type.

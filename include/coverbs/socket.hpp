@@ -123,21 +123,22 @@ class socket : public boost::asio::socket_base {
     open(protocol);
   }
   /// As above, on `context`'s executor.
-  template <class ExecutionContext>
-  requires detail::is_execution_context<ExecutionContext> socket(ExecutionContext& context,
-                                                                 const protocol_type& protocol,
-                                                                 const socket_options& options = {})
+  template <class ExecutionContext, std::enable_if_t<detail::is_execution_context<ExecutionContext>, int> = 0>
+  socket(ExecutionContext& context, const protocol_type& protocol, const socket_options& options = {})
       : socket(context.get_executor(), protocol, options) {}
   /// Opened and bound to `local`, as `tcp::socket(context, endpoint)`: connects leave from it.
-  socket(const executor_type& executor, const endpoint_type& local, const socket_options& options = {})
+  /// (A template, so that `socket(context, {})` keeps meaning default options.)
+  template <class Endpoint, std::enable_if_t<std::is_same_v<Endpoint, endpoint_type>, int> = 0>
+  socket(const executor_type& executor, const Endpoint& local, const socket_options& options = {})
       : socket(executor, local.protocol(), options) {
     bind(local);
   }
   /// As above, on `context`'s executor.
-  template <class ExecutionContext>
-  requires detail::is_execution_context<ExecutionContext> socket(ExecutionContext& context,
-                                                                 const endpoint_type& local,
-                                                                 const socket_options& options = {})
+  template <
+      class ExecutionContext, class Endpoint,
+      std::enable_if_t<
+          detail::is_execution_context<ExecutionContext> && std::is_same_v<Endpoint, endpoint_type>, int> = 0>
+  socket(ExecutionContext& context, const Endpoint& local, const socket_options& options = {})
       : socket(context.get_executor(), local, options) {}
   /// Takes `other`'s connection; `other` is left closed, on the same executor and options.
   socket(socket&& other) noexcept;
