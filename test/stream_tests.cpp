@@ -606,6 +606,7 @@ void close_delivers_what_was_written(asio::io_context& io, socket& a, socket& b)
   }
   a.close();
   run_until(io, [&] { return last != asio::error::would_block; });
+  BOOST_TEST_REQUIRE((last != asio::error::would_block), "the write waiting at close() never ended");
   // Aborted, or done just before: either way it reports the bytes that left.
   BOOST_TEST((!last || last == asio::error::operation_aborted), last.message());
   sent.insert(sent.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(last_n));
@@ -613,24 +614,30 @@ void close_delivers_what_was_written(asio::io_context& io, socket& a, socket& b)
   error_code read = asio::error::would_block;
   asio::async_read(b, asio::dynamic_buffer(received), [&](error_code ec, std::size_t) { read = ec; });
   run_until(io, [&] { return read != asio::error::would_block; });
+  if (read == asio::error::would_block) {  // no handler may outlive these locals
+    b.close();
+    run_until(io, [&] { return read != asio::error::would_block; });
+  }
   BOOST_TEST((read == asio::error::eof), read.message());
   BOOST_TEST(received.size() == sent.size());
   BOOST_TEST((received == sent));
 }
 
 void shutdown_receive_ends_reads(asio::io_context& io, socket& a, socket& b) {
-  std::array<char, 16> in{};
+  std::array<char, 16> in{}, at_b{};
   error_code pending = asio::error::would_block;
-  outcome read, received, wrote, got;
+  outcome read, received, wrote, got, empty, one_byte;
+  const std::string hello = "hello";
   struct closer {  // a test that failed leaves no handler pointing at these locals
-    socket& s;
+    socket &a, &b;
     asio::io_context& io;
     ~closer() {
-      s.close();
+      a.close();
+      b.close();
       io.restart();
       io.poll();
     }
-  } guard{a, io};
+  } guard{a, b, io};
   a.async_read_some(asio::buffer(in), [&](error_code ec, std::size_t) { pending = ec; });
   io.restart();
   io.run_for(std::chrono::milliseconds(20));
@@ -640,8 +647,6 @@ void shutdown_receive_ends_reads(asio::io_context& io, socket& a, socket& b) {
   BOOST_TEST_REQUIRE((pending == asio::error::eof), pending.message());
   a.async_read_some(asio::buffer(in), record(read));
   a.async_receive(asio::buffer(in), record(received));
-  const std::string hello = "hello";
-  std::array<char, 16> at_b{};
   a.async_write_some(asio::buffer(hello), record(wrote));
   b.async_read_some(asio::buffer(at_b), record(got));
   run_until(io, [&] { return read.done && received.done && wrote.done && got.done; });
@@ -654,14 +659,12 @@ void shutdown_receive_ends_reads(asio::io_context& io, socket& a, socket& b) {
 
   // Writing no bytes does nothing, as on a TCP socket, even once sending is shut down.
   a.shutdown(asio::socket_base::shutdown_send);
-  outcome empty;
   a.async_write_some(asio::const_buffer(), record(empty));
   run_until(io, [&] { return empty.done; });
   BOOST_TEST(!empty.ec, empty.ec.message());
   error_code ec = asio::error::would_block;
   BOOST_TEST(a.write_some(asio::const_buffer(), ec) == 0u);
   BOOST_TEST(!ec, ec.message());
-  outcome one_byte;
   a.async_write_some(asio::buffer(hello, 1), record(one_byte));
   run_until(io, [&] { return one_byte.done; });
   BOOST_TEST((one_byte.ec == asio::error::broken_pipe), one_byte.ec.message());
