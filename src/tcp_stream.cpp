@@ -657,32 +657,24 @@ void tcp_stream::on_close() {
 // gives its memory back (small frames then count small), and where the last one freed does not
 // fit, the one that fits best is taken.
 std::uint32_t tcp_stream::take_slot(std::size_t size) {
-  const auto fits_well = [&](std::uint32_t slot) {
-    const std::size_t capacity = slots_[slot].capacity();
-    return capacity >= size && capacity <= max_slack * held_cost(size);
-  };
-  // The last one freed, where it fits: steady traffic reuses it without looking further (a
-  // backlog of small frames can leave thousands of free slots).
-  if (!free_slots_.empty() && fits_well(free_slots_.back())) {
-    const std::uint32_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    slots_[slot].resize(size);
-    return slot;
-  }
   if (free_slots_.empty()) {
     slots_.emplace_back(size);  // moves the others' vectors: their bytes, which segments point at, stay
     slot_users_.push_back(0);
     return static_cast<std::uint32_t>(slots_.size() - 1);
   }
-  // The smallest that fits; where none does, the largest (grown the least).
-  const auto better = [&](std::uint32_t a, std::uint32_t b) {
-    const std::size_t ca = slots_[a].capacity(), cb = slots_[b].capacity();
-    if ((ca >= size) != (cb >= size)) return ca >= size;
-    return ca >= size ? ca < cb : ca > cb;
-  };
-  const auto best = std::min_element(free_slots_.begin(), free_slots_.end(), better);
-  const std::uint32_t slot = *best;
-  *best = free_slots_.back();
+  const auto capacity = [&](std::uint32_t slot) { return slots_[slot].capacity(); };
+  // The last one freed, where it fits within the slack: steady traffic reuses it without
+  // looking further (a backlog of small frames can leave thousands of free slots). Else the
+  // smallest that fits; where none does, the largest (grown the least).
+  auto chosen = std::prev(free_slots_.end());
+  if (capacity(*chosen) < size || capacity(*chosen) > max_slack * held_cost(size)) {
+    chosen = std::min_element(free_slots_.begin(), free_slots_.end(), [&](std::uint32_t a, std::uint32_t b) {
+      if ((capacity(a) >= size) != (capacity(b) >= size)) return capacity(a) >= size;
+      return capacity(a) >= size ? capacity(a) < capacity(b) : capacity(a) > capacity(b);
+    });
+  }
+  const std::uint32_t slot = *chosen;
+  *chosen = free_slots_.back();
   free_slots_.pop_back();
   std::vector<std::byte>& bytes = slots_[slot];
   if (bytes.capacity() > max_slack * held_cost(size)) {
