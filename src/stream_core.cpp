@@ -269,11 +269,7 @@ void stream_core::shutdown_sending() {
 }
 
 void stream_core::shutdown_receiving() {
-  end_of_stream_ = true;
-  fail_immediate_waiter(error::eof, true);
-  serve_read(true);
-  serve_receive(true);
-  serve_waits(true);
+  deliver_end_of_stream(true);  // from the user's call: handlers are posted
 }
 
 void stream_core::serve_write(bool defer) {
@@ -392,12 +388,12 @@ void stream_core::deliver_message(const segment& s) {
   serve_waits(false);
 }
 
-void stream_core::deliver_end_of_stream() {
+void stream_core::deliver_end_of_stream(bool defer) {
   end_of_stream_ = true;
-  fail_immediate_waiter(error::eof, false);
-  serve_read(false);
-  serve_receive(false);
-  serve_waits(false);
+  fail_immediate_waiter(error::eof, defer);
+  serve_read(defer);
+  serve_receive(defer);
+  serve_waits(defer);
 }
 
 void stream_core::deliver_failure(error_code ec, bool defer) {

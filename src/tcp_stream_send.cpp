@@ -74,7 +74,7 @@ void tcp_stream::queue_bytes(outgoing_frame f) {
 }
 
 void tcp_stream::write_next() {
-  if (outgoing_.empty() || (closed_ && !lingering_)) {
+  if (outgoing_.empty() || sending_stopped()) {
     writing_ = false;
     return;
   }
@@ -110,7 +110,7 @@ void tcp_stream::on_write_some(error_code ec, std::size_t n) {
   while (gather_begin_ < gather_end_ && n >= gather_[gather_begin_].size())
     n -= gather_[gather_begin_++].size();
   if (n > 0) gather_[gather_begin_] += n;  // a piece written in part
-  if (!ec && (!closed_ || lingering_) && gather_begin_ < gather_end_) return write_gathered();
+  if (!ec && !sending_stopped() && gather_begin_ < gather_end_) return write_gathered();
   on_written(ec);
 }
 
@@ -127,7 +127,7 @@ void tcp_stream::on_written(error_code ec) {
     }
     outgoing_.pop_front();
   }
-  if ((closed_ && !lingering_) || ec) {
+  if (sending_stopped() || ec) {
     writing_ = false;
     if (lingering_) finish_close();  // the peer is gone: nothing more can reach it
     // The peer is gone (a write fails on a reset connection): reads report that, and writes

@@ -178,7 +178,8 @@ class stream_core : public handler_holder {
   // What the transport reports (on the executor).
   void deliver_bytes(const segment& s);
   void deliver_message(const segment& s);
-  void deliver_end_of_stream();
+  /// The input ended (the peer's end of stream, or shutdown_receiving's, which `defer`s).
+  void deliver_end_of_stream(bool defer = false);
   /// A peer's write_with_immediate landed; its data is visible.
   void deliver_immediate(std::uint32_t immediate);
   /// `defer` posts the handlers: required when called from a user's call such as close(), whose

@@ -84,6 +84,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void immediate_taken() override;
   /// The end of close(): shuts the socket down and closes it, whatever is still queued.
   void finish_close();
+  /// Closed, and not lingering: nothing more is written.
+  bool sending_stopped() const noexcept { return closed_ && !lingering_; }
   /// Both kinds: a non-blocking send that found its requests unsent waits with wait_write too.
   bool writable() const noexcept override { return takes_payload(false) && takes_payload(true); }
   void payload_started(bool message) noexcept override { payload_after_[message] = requests_started_; }
