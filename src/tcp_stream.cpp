@@ -709,7 +709,8 @@ void tcp_stream::release(std::uint32_t tag) {
 
 // --- failure and close --------------------------------------------------------------------
 
-void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, frame_status tell_peer) {
+void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, frame_status tell_peer,
+                      bool defer) {
   if (broken_) return;
   broken_ = true;
   if (tell_peer != frame_status::ok && !failure_sent_) {
@@ -717,8 +718,8 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
     send_frame({.type = frame_type::close, .status = tell_peer});
   }
   fifo<one_sided_op> ops = take_operations();
-  for (auto& op : ops) finish(op, &op == &ops.front() ? first : rest, 0, false);
-  deliver_failure(stream_ec);
+  finish_all(ops, first, rest, defer);
+  deliver_failure(stream_ec, defer);
   // A write or send from the caller's memory ends only once the socket has taken all of it.
   // A peer that is gone or failed the connection itself reads no more, so that never happens:
   // as a queue pair in error flushes its sends, the failure ends it (on_written), dropping what
@@ -738,6 +739,14 @@ fifo<tcp_stream::one_sided_op> tcp_stream::take_operations() {
   return ops;
 }
 
+void tcp_stream::finish_all(fifo<one_sided_op>& ops, error_code first, error_code rest, bool defer) {
+  bool oldest = true;
+  for (auto& op : ops) {
+    if (op.withdrawn) continue;  // it ended then
+    finish(op, std::exchange(oldest, false) ? first : rest, 0, defer);
+  }
+}
+
 void tcp_stream::protocol_error() { fail(malformed(), malformed(), malformed(), frame_status::protocol_error); }
 
 // The connection ended without a failing close: requests still unanswered never will be, as
@@ -754,7 +763,8 @@ void tcp_stream::destroy_handlers() noexcept {
   broken_ = true;
   lingering_ = false;
   close_timer_.reset();  // while the timer service exists: this stream may outlive the context
-  const fifo<one_sided_op> ops = take_operations();
+  fifo<one_sided_op> ops = take_operations();
+  for (auto& op : ops) disconnect(op);
   destroy_pending();
 }
 
@@ -766,13 +776,15 @@ void tcp_stream::close() {
   // while one-sided operations of this side's are outstanding, as over RDMA: closing flushes
   // them, and their request frames must not reach the peer after that (nor its answers arrive
   // unread, which would make the kernel reset the connection).
-  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0 && operations_.empty();
+  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0 &&
+               std::all_of(operations_.begin(), operations_.end(),
+                           [](const one_sided_op& op) { return op.withdrawn; });
   closed_ = true;
   broken_ = true;
   fifo<one_sided_op> ops = take_operations();
   deliver_failure(error::operation_aborted, true);
   // As when a queue pair is torn down: what was started and not answered is flushed.
-  for (auto& op : ops) finish(op, flushed(), 0, true);
+  finish_all(ops, flushed(), flushed(), true);
   if (!lingering_) return finish_close();
   // A peer that reads nothing would hold this stream, and io_context::run, for ever.
   close_timer_.emplace(get_executor(), close_timeout_);

@@ -1,7 +1,9 @@
 // tcp_stream's one-sided operations: as requester, each becomes request frames that the peer's
 // library answers; as responder, the peer's requests are checked against this side's regions
 // (key, bounds, access) and answered as an RDMA device would.
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -96,19 +98,63 @@ void tcp_stream::atomic(const one_sided_request& request, value_handler handler)
 
 void tcp_stream::start_operation(one_sided_op op) {
   if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
+  op.number = requests_started_ + 1;
   operations_.push_back(std::move(op));
   ++requests_started_;
+  watch(operations_[operations_.size() - 1]);
   send_requests();
   want_input();  // its answers
+}
+
+void tcp_stream::watch(const one_sided_op& op) {
+  auto slot = op.on_size ? op.on_size.get_cancellation_slot() : op.on_value.get_cancellation_slot();
+  if (slot.is_connected()) {
+    slot.assign(
+        [this, number = op.number](boost::asio::cancellation_type type) { cancel_operation(number, type); });
+  }
+}
+
+void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellation_type type) {
+  // Operations leave only from the front (or all at once), so numbers are consecutive there.
+  if (operations_.empty() || number < operations_.front().number) return;  // its result is known
+  const std::uint64_t index = number - operations_.front().number;
+  if (index >= operations_.size()) return;
+  one_sided_op& op = operations_[index];
+  if (op.withdrawn || op.cancelled) return;
+  if (op.sent == 0 && !op.local_error) {
+    finish(op, error::operation_aborted, 0, true);
+    op.withdrawn = true;
+    // Outside the canceller's call, which must not run other handlers: passing over it may
+    // let a write or message go that waited for it (whoever passes it first: an operation
+    // started before this runs may, without serving them).
+    boost::asio::post(get_executor(), [self = shared_from_this()] {
+      self->send_requests();
+      self->capacity_available();
+    });
+    return;
+  }
+  // A partial or total cancel promises to leave the connection as it was.
+  if ((type & boost::asio::cancellation_type::terminal) == boost::asio::cancellation_type::none) return;
+  op.cancelled = true;
+  // As the queue pair put in error: what it has outstanding is flushed (the cancelled one ends
+  // aborted), its streams end, and the peer, which is healthy, is told that its side failed.
+  fail(error::eof, flushed(), flushed(), frame_status::remote_operation, true);
 }
 
 // Frames go out in operation order, so responses, which come back in that order, complete
 // operations in the order they were started.
 void tcp_stream::send_requests() {
-  while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size() && unanswered_ < max_unanswered &&
-         outgoing_bytes_ < max_outgoing_bytes) {
+  drop_withdrawn();  // so that the oldest operation is at index 0 (the local error check)
+  while (limit_ != 0 && !broken_ && next_to_send_ < operations_.size()) {
     if (operations_.front().local_error && next_to_send_ != 0) break;  // failed as its result came
     one_sided_op& op = operations_[next_to_send_];
+    if (op.withdrawn) {  // sent, as far as what is ordered after it is concerned
+      ++next_to_send_;
+      ++requests_sent_;
+      drop_withdrawn();
+      continue;
+    }
+    if (unanswered_ >= max_unanswered || outgoing_bytes_ >= max_outgoing_bytes) break;
     if (!op.local_error && sends_local(op.request.op)) op.local_error = local_access(op, op.sent);
     if (op.local_error) {
       // As a queue pair in error after it, nothing more goes out. Failing the connection here
@@ -128,6 +174,13 @@ void tcp_stream::send_requests() {
     }
   }
   send_close_when_due();
+}
+
+void tcp_stream::drop_withdrawn() {
+  while (next_to_send_ > 0 && operations_.front().withdrawn) {
+    operations_.pop_front();
+    --next_to_send_;
+  }
 }
 
 void tcp_stream::send_request_frame(one_sided_op& op) {
@@ -249,6 +302,8 @@ void tcp_stream::requests_sent_on() {
 
 void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bool defer) {
   if (ec) value = 0;  // a failed operation moved nothing
+  if (ec && op.cancelled) ec = error::operation_aborted;  // as a cancelled work request's flush
+  disconnect(op);  // its result is known: a cancel from now on changes nothing
   if (op.on_size) return hand_over(std::move(op.on_size), defer, ec, static_cast<std::size_t>(value));
   hand_over(std::move(op.on_value), defer, ec, value);
 }

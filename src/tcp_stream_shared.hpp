@@ -24,4 +24,12 @@ inline error_code flushed() {
   return make_error_code(wc_errc::flushed);
 }
 
+// Clears the cancellation slot of the handler a one-sided operation holds, whose canceller points at
+// the stream: once its result is known, or its handler is destroyed with the context.
+template <class Operation>
+void disconnect(Operation& op) noexcept {
+  auto slot = op.on_size ? op.on_size.get_cancellation_slot() : op.on_value.get_cancellation_slot();
+  if (slot.is_connected()) slot.clear();
+}
+
 }  // namespace coverbs::detail::tcp_stream_shared

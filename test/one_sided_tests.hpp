@@ -745,71 +745,204 @@ inline void one_sided_after_shutdown(asio::io_context& io, socket& a, socket& b)
   BOOST_TEST(immediate.value == 5u);
 }
 
+/// Runs one one-sided WRITE from `local` to `spare` to its end: over TCP the peer's hello has
+/// then arrived, so operations started afterwards go out as soon as the window lets them (an
+/// RDMA queue pair is connected before the socket is).
+inline void one_round_trip(asio::io_context& io, socket& a, const local_memory& local,
+                           const guarded_region& spare) {
+  outcome done;
+  a.async_write(local.slice(0, 8), spare.remote(0, 8), record(done));
+  run_until_done(io, [&] { return done.done; });
+  BOOST_TEST_REQUIRE(!done.ec, done.ec.message());
+}
+
+/// A partial or total cancel promises to leave the connection as it was: of many one-sided
+/// writes, those still waiting to go out (beyond an RDMA send queue's depth, or the TCP
+/// fallback's window) are withdrawn, ending with operation_aborted having written nothing, and
+/// those under way complete. A message sent after all of them does not wait for the withdrawn
+/// ones, and arrives after the others have landed. The connection goes on.
+inline void cancel_withdraws_operations_not_sent(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t count = 256, chunk = 1024;  // more than either transport has under way
+  guarded_region target(b, count * chunk, all_remote_rights), spare(b, 64, all_remote_rights);
+  local_memory local(a, count * chunk);
+  one_round_trip(io, a, local, spare);
+  auto landed = [&](std::size_t i) {
+    return all_bytes(target.region().subspan(i * chunk, chunk), local.fill);
+  };
+  std::vector<outcome> results(count);
+  std::vector<asio::cancellation_signal> signals(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    a.async_write(local.slice(i * chunk, chunk), target.remote(i * chunk, chunk),
+                  asio::bind_cancellation_slot(signals[i].slot(), record(results[i])));
+  }
+  outcome sent, received, again;
+  std::array<char, 8> got{};
+  std::vector<bool> landed_first(count);
+  const close_on_exit guard(a, &b, io);
+  a.async_send(asio::buffer("after", 5), record(sent));
+  b.async_receive(asio::buffer(got), [&](error_code ec, std::size_t n) {
+    received = {true, ec, n};
+    for (std::size_t i = 0; i < count; ++i) landed_first[i] = landed(i);
+  });
+  for (std::size_t i = 0; i < count; ++i) {
+    signals[i].emit(i % 2 == 0 ? asio::cancellation_type::total : asio::cancellation_type::partial);
+  }
+  BOOST_TEST(std::none_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }));
+  run_until_done(io, [&] { return all_done(results) && sent.done && received.done; });
+  BOOST_TEST(!sent.ec, sent.ec.message());
+  BOOST_TEST(!received.ec, received.ec.message());
+  BOOST_TEST(std::string(got.data(), received.value) == "after");
+  std::size_t completed = 0, withdrawn = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    BOOST_TEST_CONTEXT("write " << i) {
+      if (!results[i].ec) {
+        ++completed;
+        BOOST_TEST(results[i].value == chunk);
+        BOOST_TEST(landed_first[i]);  // before the message
+      } else {
+        ++withdrawn;
+        BOOST_TEST((results[i].ec == asio::error::operation_aborted), results[i].ec.message());
+        BOOST_TEST(all_bytes(target.region().subspan(i * chunk, chunk), guarded_region::fill));
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE(completed << " writes completed, " << withdrawn << " withdrawn");
+  BOOST_TEST(completed > 0u);
+  BOOST_TEST(withdrawn > 0u);
+  BOOST_TEST(target.guards_untouched());
+  a.async_write(local.slice(0, count * chunk), target.remote(), record(again));
+  run_until_done(io, [&] { return again.done; });
+  BOOST_TEST(!again.ec, again.ec.message());
+  BOOST_TEST(landed(count - 1));
+  bulk_both_ways(io, a, b, 4096);
+}
+
+/// A terminal cancel of an operation under way fails the connection, as a terminal cancel of a
+/// posted work request puts its queue pair in error: the operation ends with operation_aborted
+/// (over RDMA it may have completed already, the queue pair is in error either way), the others
+/// outstanding complete or are flushed, later ones are flushed and this side's streams end.
+/// Nothing completes inside the cancel. Over TCP the peer's streams end too, at once: the
+/// failing close tells it. Over RDMA a QP in error sends nothing more, and the peer's, which
+/// stays up, learns of it from rdma_cm's disconnect when this side closes (these pairs have no
+/// rdma_cm; cm_connect_test has that disconnect).
+inline void terminal_cancel_of_an_operation_under_way_fails_the_connection(asio::io_context& io, socket& a,
+                                                                           socket& b) {
+  guarded_region target(b, 4096, all_remote_rights), spare(b, 64, all_remote_rights);
+  local_memory local(a, 4096);
+  one_round_trip(io, a, local, spare);
+  std::vector<outcome> results(3);
+  asio::cancellation_signal signal;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto handler = record(results[i]);
+    const verbs::local_buffer from = local.slice(i * 1024, 1024);
+    if (i == 1) {
+      a.async_write(from, target.remote(i * 1024, 1024),
+                    asio::bind_cancellation_slot(signal.slot(), handler));
+    } else {
+      a.async_write(from, target.remote(i * 1024, 1024), handler);
+    }
+  }
+  std::array<char, 8> buf_a{}, buf_b{};
+  outcome a_read, b_read, later;
+  const close_on_exit guard(a, &b, io);
+  b.async_read_some(asio::buffer(buf_b), record(b_read));
+  signal.emit(asio::cancellation_type::terminal);
+  BOOST_TEST(std::none_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }));
+  a.async_read_some(asio::buffer(buf_a), record(a_read));
+  run_until_done(io, [&] { return all_done(results) && a_read.done; });
+  const bool rdma = a.transport_in_use() == transport::rdma;
+  BOOST_TEST((results[1].ec == asio::error::operation_aborted || (rdma && !results[1].ec)),
+             results[1].ec.message());
+  for (const std::size_t i : {0, 2}) {
+    BOOST_TEST_CONTEXT("write " << i) {
+      BOOST_TEST((!results[i].ec || results[i].ec == make_error_code(wc_errc::flushed)),
+                 results[i].ec.message());
+    }
+  }
+  BOOST_TEST((a_read.ec == asio::error::eof), a_read.ec.message());
+  a.async_write(local.slice(0, 8), target.remote(0, 8), record(later));
+  run_until_done(io, [&] { return later.done; });
+  BOOST_TEST((later.ec == make_error_code(wc_errc::flushed)), later.ec.message());
+  BOOST_TEST(target.guards_untouched());
+  if (!rdma) {
+    run_until_done(io, [&] { return b_read.done; });
+    BOOST_TEST((b_read.ec == asio::error::eof), b_read.ec.message());
+  }
+}
+
 }  // namespace coverbs::test
 
 /// Registers every body above as test cases over `Pair` (a socket-pair fixture type with io, a
 /// and b), so each transport's test file runs the same list. Refusals each get a fresh
 /// connection, since a refusal ends it.
-#define COVERBS_ONE_SIDED_TEST_CASES(Pair)                                    \
-  BOOST_AUTO_TEST_CASE(write_then_read_back) {                                \
-    Pair p;                                                                   \
-    coverbs::test::write_then_read_back(p.io, p.a, p.b);                      \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(write_with_immediate) {                                \
-    Pair p;                                                                   \
-    coverbs::test::write_with_immediate_shows_the_data_first(p.io, p.a, p.b); \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(atomics) {                                             \
-    Pair p;                                                                   \
-    coverbs::test::atomics_return_the_previous_value(p.io, p.a, p.b);         \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(pipeline_both_ways) {                                  \
-    Pair p;                                                                   \
-    coverbs::test::operations_pipeline_both_ways(p.io, p.a, p.b);             \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(reads_beside_streams_both_ways) {                      \
-    Pair p;                                                                   \
-    coverbs::test::reads_beside_streams_both_ways(p.io, p.a, p.b);            \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(message_after_many_writes) {                           \
-    Pair p;                                                                   \
-    coverbs::test::message_after_many_writes(p.io, p.a, p.b);                 \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(nonblocking_message_after_many_writes) {               \
-    Pair p;                                                                   \
-    coverbs::test::nonblocking_message_after_many_writes(p.io, p.a, p.b);     \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(end_of_stream_after_many_writes) {                     \
-    Pair p;                                                                   \
-    coverbs::test::end_of_stream_after_many_writes(p.io, p.a, p.b);           \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(message_beside_endless_operations) {                   \
-    Pair p;                                                                   \
-    coverbs::test::message_beside_endless_operations(p.io, p.a, p.b);         \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                       \
-    Pair p;                                                                   \
-    coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);         \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                            \
-    Pair p;                                                                   \
-    coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                  \
-  }                                                                           \
-  BOOST_AUTO_TEST_CASE(zero_length_operations_need_no_key) {                  \
-    Pair p;                                                                   \
-    coverbs::test::zero_length_operations_need_no_key(p.io, p.a, p.b);        \
-  }                                                                           \
-  COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                 \
-  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                         \
-  COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                      \
-  COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                 \
-  COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                   \
-  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)               \
-  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                        \
-  COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)                               \
-  COVERBS_ONE_SIDED_LOCAL(Pair, deregistered_source)                          \
-  COVERBS_ONE_SIDED_LOCAL(Pair, source_past_the_end)                          \
-  COVERBS_ONE_SIDED_LOCAL(Pair, wrong_key_target)                             \
+#define COVERBS_ONE_SIDED_TEST_CASES(Pair)                                                         \
+  BOOST_AUTO_TEST_CASE(write_then_read_back) {                                                     \
+    Pair p;                                                                                        \
+    coverbs::test::write_then_read_back(p.io, p.a, p.b);                                           \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(write_with_immediate) {                                                     \
+    Pair p;                                                                                        \
+    coverbs::test::write_with_immediate_shows_the_data_first(p.io, p.a, p.b);                      \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(atomics) {                                                                  \
+    Pair p;                                                                                        \
+    coverbs::test::atomics_return_the_previous_value(p.io, p.a, p.b);                              \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(pipeline_both_ways) {                                                       \
+    Pair p;                                                                                        \
+    coverbs::test::operations_pipeline_both_ways(p.io, p.a, p.b);                                  \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(reads_beside_streams_both_ways) {                                           \
+    Pair p;                                                                                        \
+    coverbs::test::reads_beside_streams_both_ways(p.io, p.a, p.b);                                 \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(message_after_many_writes) {                                                \
+    Pair p;                                                                                        \
+    coverbs::test::message_after_many_writes(p.io, p.a, p.b);                                      \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(nonblocking_message_after_many_writes) {                                    \
+    Pair p;                                                                                        \
+    coverbs::test::nonblocking_message_after_many_writes(p.io, p.a, p.b);                          \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(end_of_stream_after_many_writes) {                                          \
+    Pair p;                                                                                        \
+    coverbs::test::end_of_stream_after_many_writes(p.io, p.a, p.b);                                \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(message_beside_endless_operations) {                                        \
+    Pair p;                                                                                        \
+    coverbs::test::message_beside_endless_operations(p.io, p.a, p.b);                              \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(bad_arguments_refused_locally) {                                            \
+    Pair p;                                                                                        \
+    coverbs::test::bad_arguments_are_refused_locally(p.io, p.a, p.b);                              \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(one_sided_after_shutdown) {                                                 \
+    Pair p;                                                                                        \
+    coverbs::test::one_sided_after_shutdown(p.io, p.a, p.b);                                       \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(zero_length_operations_need_no_key) {                                       \
+    Pair p;                                                                                        \
+    coverbs::test::zero_length_operations_need_no_key(p.io, p.a, p.b);                             \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(cancel_withdraws_operations_not_sent) {                                     \
+    Pair p;                                                                                        \
+    coverbs::test::cancel_withdraws_operations_not_sent(p.io, p.a, p.b);                           \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(terminal_cancel_fails_the_connection) {                                     \
+    Pair p;                                                                                        \
+    coverbs::test::terminal_cancel_of_an_operation_under_way_fails_the_connection(p.io, p.a, p.b); \
+  }                                                                                                \
+  COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                                      \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                                              \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                                           \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                                      \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                                        \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_without_remote_atomic)                                    \
+  COVERBS_ONE_SIDED_REFUSED(Pair, atomic_past_the_end)                                             \
+  COVERBS_ONE_SIDED_REFUSED(Pair, deregistered)                                                    \
+  COVERBS_ONE_SIDED_LOCAL(Pair, deregistered_source)                                               \
+  COVERBS_ONE_SIDED_LOCAL(Pair, source_past_the_end)                                               \
+  COVERBS_ONE_SIDED_LOCAL(Pair, wrong_key_target)                                                  \
   COVERBS_ONE_SIDED_LOCAL(Pair, atomic_result_past_the_end)
 
 #define COVERBS_ONE_SIDED_REFUSED(Pair, name)                                                              \

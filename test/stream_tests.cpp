@@ -628,16 +628,7 @@ void shutdown_receive_ends_reads(asio::io_context& io, socket& a, socket& b) {
   error_code pending = asio::error::would_block;
   outcome read, received, wrote, got, empty, one_byte;
   const std::string hello = "hello";
-  struct closer {  // a test that failed leaves no handler pointing at these locals
-    socket &a, &b;
-    asio::io_context& io;
-    ~closer() {
-      a.close();
-      b.close();
-      io.restart();
-      io.poll();
-    }
-  } guard{a, b, io};
+  const close_on_exit guard(a, &b, io);
   a.async_read_some(asio::buffer(in), [&](error_code ec, std::size_t) { pending = ec; });
   io.restart();
   io.run_for(std::chrono::milliseconds(20));

@@ -84,6 +84,24 @@ void end_of_stream_outlasts_the_connection(boost::asio::io_context& io, socket& 
 /// Messages keep their boundaries; a too-small buffer gets message_size and loses nothing.
 void messages_keep_boundaries(boost::asio::io_context& io, socket& a, socket& b);
 
+/// Closes the sockets and runs what that completes as it goes out of scope: declared after the
+/// locals a test's handlers write to, a test that failed half way leaves no handler pointing at
+/// them.
+struct close_on_exit {
+  socket& a;
+  socket* b;
+  boost::asio::io_context& io;
+  close_on_exit(socket& a, socket* b, boost::asio::io_context& io) : a(a), b(b), io(io) {}
+  close_on_exit(const close_on_exit&) = delete;
+  close_on_exit& operator=(const close_on_exit&) = delete;
+  ~close_on_exit() {
+    a.close();
+    if (b != nullptr) b->close();
+    io.restart();
+    io.poll();
+  }
+};
+
 /// What a write (or send) the cancellation tests cancel reported, once it completed.
 using write_outcome = std::optional<std::pair<error_code, std::size_t>>;
 

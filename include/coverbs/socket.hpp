@@ -507,7 +507,9 @@ class socket : public boost::asio::socket_base {
   /// (or no longer) this socket's registered memory, `wc_errc::local_protection`. Either
   /// leaves the connection in error, as it leaves an RC queue pair. More operations than
   /// the queue holds wait for a slot; past `options().max_outstanding_operations` one-sided
-  /// operations complete with `errc::too_many_operations`.
+  /// operations complete with `errc::too_many_operations`. A cancel withdraws one that waits
+  /// (`operation_aborted`); one under way only ends by a terminal cancel, which fails the
+  /// connection (a posted work request cannot be recalled otherwise), on both transports.
   template <class CompletionToken = detail::default_socket_token>
   auto async_read(const verbs::local_buffer& local, const remote_buffer& remote,
                   CompletionToken&& token = detail::default_socket_token()) {

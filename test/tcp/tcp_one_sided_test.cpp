@@ -412,6 +412,67 @@ BOOST_AUTO_TEST_CASE(close_flushes_outstanding_operations) {
   BOOST_TEST((atomic.ec == make_error_code(wc_errc::flushed)), atomic.ec.message());
 }
 
+// Cancellation as the frames show it: an operation none of whose frames went out (beyond the
+// window of unanswered requests) is withdrawn by any cancel, terminal included, and never
+// sent; those behind it go in order, and so does a message started after them. A partial or
+// total cancel leaves one that is out be; a terminal one fails the connection: the peer gets a
+// failing close, the cancelled operation ends aborted, the other outstanding one flushed.
+BOOST_AUTO_TEST_CASE(cancel_withdraws_unsent_requests_and_terminal_fails_sent_ones) {
+  raw_peer p;
+  // A message from the peer: read after its hello, which lets requests out.
+  outcome hello;
+  std::array<char, 1> greeting{};
+  p.send({.type = frame_type::message, .length = 1}, std::as_bytes(std::span("h", 1)));
+  p.a.async_receive(asio::buffer(greeting), record(hello));
+  run_until_done(p.io, [&] { return hello.done; });
+  BOOST_TEST_REQUIRE(!hello.ec, hello.ec.message());
+  constexpr std::size_t window = detail::tcp_stream::max_unanswered, count = window + 4;
+  std::vector<std::byte> local(count * 8);
+  auto reg = p.a.register_memory(local, verbs::access::none);
+  std::vector<outcome> results(count);
+  std::vector<asio::cancellation_signal> signals(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    p.a.async_write(reg.slice(i * 8, 8), {.address = i * 8, .rkey = 9, .length = 8},
+                    asio::bind_cancellation_slot(signals[i].slot(), record(results[i])));
+  }
+  outcome sent, later;
+  const test::close_on_exit guard(p.a, nullptr, p.io);
+  p.a.async_send(asio::buffer("m", 1), record(sent));
+  signals[0].emit(asio::cancellation_type::total);              // out: left be
+  signals[1].emit(asio::cancellation_type::partial);            // the same
+  signals[window + 1].emit(asio::cancellation_type::terminal);  // not out: withdrawn
+  signals[window + 2].emit(asio::cancellation_type::partial);   // the same
+  BOOST_TEST(!results[window + 1].done);                        // posted, not run inside the cancel
+  std::vector<frame> requests;
+  for (std::size_t i = 0; i < window; ++i) {
+    requests.push_back(p.receive());
+    BOOST_TEST(requests.back().h.remote_address == i * 8);
+  }
+  run_until_done(p.io, [&] { return results[window + 1].done && results[window + 2].done; });
+  for (const std::size_t i : {window + 1, window + 2}) {
+    BOOST_TEST((results[i].ec == asio::error::operation_aborted), results[i].ec.message());
+  }
+  BOOST_TEST(!results[0].done);
+  for (const frame& r : requests) p.send({.type = frame_type::write_response, .request_id = r.h.request_id});
+  const frame next = p.receive(), last = p.receive(), message = p.receive();
+  BOOST_TEST((next.h.type == frame_type::write && next.h.remote_address == window * 8));
+  BOOST_TEST((last.h.type == frame_type::write && last.h.remote_address == (window + 3) * 8));
+  BOOST_TEST((message.h.type == frame_type::message && message.payload.size() == 1u));
+  run_until_done(p.io, [&] { return sent.done && results[window - 1].done; });
+  for (std::size_t i = 0; i < window; ++i) BOOST_TEST(!results[i].ec, results[i].ec.message());
+  BOOST_TEST(!sent.ec, sent.ec.message());
+
+  signals[window + 3].emit(asio::cancellation_type::terminal);  // out, unanswered
+  BOOST_TEST(!results[window + 3].done);
+  BOOST_TEST((p.closing_status() == frame_status::remote_operation));
+  run_until_done(p.io, [&] { return results[window].done && results[window + 3].done; });
+  BOOST_TEST((results[window].ec == make_error_code(wc_errc::flushed)), results[window].ec.message());
+  BOOST_TEST((results[window + 3].ec == asio::error::operation_aborted), results[window + 3].ec.message());
+  p.a.async_write(reg.slice(0, 8), {.address = 0, .rkey = 9, .length = 8}, record(later));
+  run_until_done(p.io, [&] { return later.done; });
+  BOOST_TEST((later.ec == make_error_code(wc_errc::flushed)), later.ec.message());
+}
+
 BOOST_AUTO_TEST_CASE(refused_requests_are_answered_then_closed) {
   struct refusal {
     const char* what;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -70,6 +71,13 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
     /// Its local buffer failed the lkey check (local_access): nothing of it or after it goes
     /// out, and it fails the connection once the frames before it are answered.
     error_code local_error{};
+    std::uint64_t number = 0;  ///< its place among the operations started, from 1
+    /// Cancelled before any frame of it went out, as a work request withdrawn while it waits for
+    /// a slot: its handler has run, and it stays in its place, passed over without frames, so
+    /// that the payloads and close frame ordered after it are not held back nor let out early.
+    bool withdrawn = false;
+    /// A terminal cancel came with frames of it out: the connection fails, it ends aborted.
+    bool cancelled = false;
   };
   struct outgoing_frame {
     std::vector<std::byte> bytes;
@@ -133,7 +141,15 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Requester.
   void start_operation(one_sided_op op);
+  /// Points `op`'s cancellation slot (if its handler has one) at cancel_operation.
+  void watch(const one_sided_op& op);
+  /// Over RDMA a request still waiting for a send-queue slot is withdrawn by any cancel, and a
+  /// posted one only by a terminal cancel, which puts the queue pair in error: the same here,
+  /// with "posted" meaning a frame of it went out.
+  void cancel_operation(std::uint64_t number, boost::asio::cancellation_type type);
   void send_requests();
+  /// Withdrawn operations that send_requests has passed over leave once they are the oldest.
+  void drop_withdrawn();
   void requests_sent_on();
   void send_request_frame(one_sided_op& op);
   wire::frame_header request_header(const one_sided_op& op, std::uint64_t offset);
@@ -180,8 +196,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
 
   // Ends the connection: stream operations see `stream_ec`, the oldest outstanding operation
   // `first`, every other one `rest`; a `tell_peer` other than ok goes out in a close frame.
-  void fail(error_code stream_ec, error_code first, error_code rest, wire::frame_status tell_peer);
+  // `defer` posts the handlers (from a user's call, as deliver_failure's).
+  void fail(error_code stream_ec, error_code first, error_code rest, wire::frame_status tell_peer,
+            bool defer = false);
   fifo<one_sided_op> take_operations();
+  /// Ends `ops` (taken out by take_operations): the oldest with `first`, the rest with `rest`.
+  void finish_all(fifo<one_sided_op>& ops, error_code first, error_code rest, bool defer);
   void protocol_error();
   void connection_lost(error_code ec);
   /// A free slot (or a new one) holding `size` bytes.
