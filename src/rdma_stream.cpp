@@ -357,8 +357,14 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     // A failed connection gives no credits back: fail at once, as the QP in error would.
     if (failed())
       return hand_over(std::move(handler), true, make_error_code(wc_errc::flushed), std::size_t{0});
+    start_waiting_immediates();  // passes over withdrawn ones at the front
     if (credits_ >= 1 && waiting_immediates_.empty()) return start_write_with_immediate(request, std::move(handler));
-    waiting_immediates_.push_back({request, std::move(handler)});
+    waiting_immediates_.push_back({request, std::move(handler), immediates_waited_ + 1});
+    const waiting_immediate& w = waiting_immediates_[waiting_immediates_.size() - 1];
+    ++immediates_waited_;
+    if (auto slot = w.handler.get_cancellation_slot(); slot.is_connected()) {
+      slot.assign([this, number = w.number](boost::asio::cancellation_type) { withdraw_immediate(number); });
+    }
     return;
   }
   start_one_sided(counted(std::move(handler)), qp_->send_queue(),
@@ -389,11 +395,25 @@ void rdma_stream::credit_unused() {
 }
 
 void rdma_stream::start_waiting_immediates() {
-  while (!waiting_immediates_.empty() && credits_ >= 1) {
+  while (!waiting_immediates_.empty() && (credits_ >= 1 || !waiting_immediates_.front().handler)) {
     auto w = std::move(waiting_immediates_.front());
     waiting_immediates_.pop_front();
+    if (!w.handler) continue;             // withdrawn while it waited
+    w.handler.clear_cancellation_slot();  // posting gives the slot to the work request
     start_write_with_immediate(w.request, std::move(w.handler));
   }
+}
+
+// Withdrawn ones stay in their place (numbers stay consecutive, so finding one is an index).
+void rdma_stream::withdraw_immediate(std::uint64_t number) {
+  if (waiting_immediates_.empty() || number < waiting_immediates_.front().number) return;
+  const std::uint64_t index = number - waiting_immediates_.front().number;
+  if (index >= waiting_immediates_.size() || !waiting_immediates_[index].handler) return;
+  size_handler handler = std::move(waiting_immediates_[index].handler);
+  // Clears the slot whose handler runs this (as stream_core::cancel does): nothing of that
+  // handler is touched afterwards.
+  handler.clear_cancellation_slot();
+  hand_over(std::move(handler), true, error_code(error::operation_aborted), std::size_t{0});
 }
 
 // Stream operations see `ec`; writes with immediate still waiting for a credit end as the
@@ -401,8 +421,10 @@ void rdma_stream::start_waiting_immediates() {
 void rdma_stream::fail(error_code ec, bool defer) {
   deliver_failure(ec, defer);
   fifo<waiting_immediate> waiting = waiting_immediates_.take();
-  for (auto& w : waiting)
-    hand_over(std::move(w.handler), defer, make_error_code(wc_errc::flushed), std::size_t{0});
+  for (auto& w : waiting) w.handler.clear_cancellation_slot();  // before any handler runs
+  for (auto& w : waiting) {
+    if (w.handler) hand_over(std::move(w.handler), defer, make_error_code(wc_errc::flushed), std::size_t{0});
+  }
 }
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
@@ -449,7 +471,8 @@ void rdma_stream::deregister_memory(std::uint32_t handle) noexcept {
 void rdma_stream::destroy_handlers() noexcept {
   const auto self = weak_from_this().lock();
   if (!self) return;  // being destroyed already
-  const fifo<waiting_immediate> waiting = waiting_immediates_.take();
+  fifo<waiting_immediate> waiting = waiting_immediates_.take();
+  for (auto& w : waiting) w.handler.clear_cancellation_slot();
   destroy_pending();
 }
 

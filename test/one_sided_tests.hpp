@@ -817,6 +817,57 @@ inline void cancel_withdraws_operations_not_sent(asio::io_context& io, socket& a
   bulk_both_ways(io, a, b, 4096);
 }
 
+/// The same for writes with immediate: beyond the peer's receive credits (RDMA) or the window
+/// (TCP) they wait, and a cancel withdraws them. The peer gets the immediates of those that
+/// completed, in order, and none of a withdrawn one, then the next one's.
+inline void cancel_withdraws_writes_with_immediate_waiting(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t count = 100;  // more than the default 32 receive buffers' credits
+  guarded_region target(b, count * 8, all_remote_rights), spare(b, 64, all_remote_rights);
+  local_memory local(a, count * 8);
+  one_round_trip(io, a, local, spare);
+  std::vector<outcome> results(count), immediates;
+  std::vector<asio::cancellation_signal> signals(count);
+  outcome next;
+  const close_on_exit guard(a, &b, io);
+  for (std::size_t i = 0; i < count; ++i) {
+    a.async_write_with_immediate(local.slice(i * 8, 8), target.remote(i * 8, 8),
+                                 static_cast<std::uint32_t>(i),
+                                 asio::bind_cancellation_slot(signals[i].slot(), record(results[i])));
+  }
+  for (auto& signal : signals) signal.emit(asio::cancellation_type::total);
+  BOOST_TEST(std::none_of(results.begin(), results.end(), [](const outcome& o) { return o.done; }));
+  run_until_done(io, [&] { return all_done(results); });
+  std::vector<std::uint64_t> completed;
+  for (std::size_t i = 0; i < count; ++i) {
+    BOOST_TEST_CONTEXT("write " << i) {
+      if (!results[i].ec) {
+        completed.push_back(i);
+        BOOST_TEST(all_bytes(target.region().subspan(i * 8, 8), local.fill));
+      } else {
+        BOOST_TEST((results[i].ec == asio::error::operation_aborted), results[i].ec.message());
+        BOOST_TEST(all_bytes(target.region().subspan(i * 8, 8), guarded_region::fill));
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE(completed.size()
+                     << " writes with immediate completed, " << count - completed.size() << " withdrawn");
+  BOOST_TEST(!completed.empty());
+  BOOST_TEST(completed.size() < count);
+  a.async_write_with_immediate(local.slice(0, 8), spare.remote(8, 8), 1000, record(next));
+  immediates.resize(completed.size() + 1);
+  for (auto& immediate : immediates) {
+    b.async_receive_immediate(record(immediate));
+    run_until_done(io, [&] { return immediate.done; });
+    BOOST_TEST(!immediate.ec, immediate.ec.message());
+  }
+  completed.push_back(1000);
+  std::vector<std::uint64_t> got;
+  for (const outcome& immediate : immediates) got.push_back(immediate.value);
+  BOOST_TEST(got == completed, boost::test_tools::per_element());
+  run_until_done(io, [&] { return next.done; });
+  BOOST_TEST(!next.ec, next.ec.message());
+}
+
 /// A terminal cancel of an operation under way fails the connection, as a terminal cancel of a
 /// posted work request puts its queue pair in error: the operation ends with operation_aborted
 /// (over RDMA it may have completed already, the queue pair is in error either way), the others
@@ -927,6 +978,10 @@ inline void terminal_cancel_of_an_operation_under_way_fails_the_connection(asio:
   BOOST_AUTO_TEST_CASE(cancel_withdraws_operations_not_sent) {                                     \
     Pair p;                                                                                        \
     coverbs::test::cancel_withdraws_operations_not_sent(p.io, p.a, p.b);                           \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(cancel_withdraws_writes_with_immediate_waiting) {                           \
+    Pair p;                                                                                        \
+    coverbs::test::cancel_withdraws_writes_with_immediate_waiting(p.io, p.a, p.b);                 \
   }                                                                                                \
   BOOST_AUTO_TEST_CASE(terminal_cancel_fails_the_connection) {                                     \
     Pair p;                                                                                        \

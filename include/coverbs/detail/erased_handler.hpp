@@ -69,6 +69,12 @@ class erased_handler<void(Args...)> {
     return impl_ != nullptr ? impl_->slot : cancellation_slot_type();
   }
 
+  /// Disconnects the held handler's cancellation slot from whatever canceller a connection
+  /// installed there: once the operation's result is known, or before the handler goes.
+  void clear_cancellation_slot() const noexcept {
+    if (auto slot = get_cancellation_slot(); slot.is_connected()) slot.clear();
+  }
+
   /// The connection's operation memory (Asio allocates the posts of this handler from it).
   allocator_type get_allocator() const noexcept { return memory_; }
 

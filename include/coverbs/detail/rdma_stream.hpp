@@ -135,8 +135,12 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
 
   struct waiting_immediate {
     one_sided_request request;
-    size_handler handler;
+    size_handler handler;      ///< empty once withdrawn: passed over when its turn comes
+    std::uint64_t number = 0;  ///< its place among those that ever waited, from 1
   };
+  /// A cancel of any kind withdraws a write with immediate that waits for a credit: it is not
+  /// posted yet, as a work request waiting for a send-queue slot.
+  void withdraw_immediate(std::uint64_t number);
   void start_write_with_immediate(const one_sided_request& request, size_handler handler);
   /// A write with immediate ended without taking the peer's receive: its credit is free again.
   void credit_unused();
@@ -174,6 +178,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// Regions deregistered while a direct send may still read them: freed when none is left.
   std::vector<std::unique_ptr<verbs::memory_region>> retired_regions_;
   fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
+  std::uint64_t immediates_waited_ = 0;         ///< writes with immediate that ever waited
   /// Receives that writes with immediate took while max_held_immediates were held: re-posted
   /// (and their credits returned) as the application takes immediates.
   std::vector<std::uint32_t> held_receives_;
