@@ -734,6 +734,7 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
 // Taken out before any handler runs: handlers may run inline and start operations.
 fifo<tcp_stream::one_sided_op> tcp_stream::take_operations() {
   fifo<one_sided_op> ops = operations_.take();
+  for (auto& op : ops) disconnect(op);  // none reaches this stream, whatever a handler does
   next_to_send_ = 0;
   unanswered_ = 0;
   return ops;
@@ -763,8 +764,7 @@ void tcp_stream::destroy_handlers() noexcept {
   broken_ = true;
   lingering_ = false;
   close_timer_.reset();  // while the timer service exists: this stream may outlive the context
-  fifo<one_sided_op> ops = take_operations();
-  for (auto& op : ops) disconnect(op);
+  const fifo<one_sided_op> ops = take_operations();
   destroy_pending();
 }
 

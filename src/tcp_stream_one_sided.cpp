@@ -122,6 +122,8 @@ void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellatio
   one_sided_op& op = operations_[index];
   if (op.withdrawn || op.cancelled) return;
   if (op.sent == 0 && !op.local_error) {
+    // finish clears the slot whose handler runs this (as stream_core::cancel does): nothing
+    // of that handler is touched afterwards.
     finish(op, error::operation_aborted, 0, true);
     op.withdrawn = true;
     // Outside the canceller's call, which must not run other handlers: passing over it may

@@ -27,9 +27,9 @@ inline error_code flushed() {
 // Clears the cancellation slot of the handler a one-sided operation holds, whose canceller points at
 // the stream: once its result is known, or its handler is destroyed with the context.
 template <class Operation>
-void disconnect(Operation& op) noexcept {
-  auto slot = op.on_size ? op.on_size.get_cancellation_slot() : op.on_value.get_cancellation_slot();
-  if (slot.is_connected()) slot.clear();
+void disconnect(const Operation& op) noexcept {
+  if (op.on_size) return op.on_size.clear_cancellation_slot();
+  op.on_value.clear_cancellation_slot();
 }
 
 }  // namespace coverbs::detail::tcp_stream_shared

@@ -60,7 +60,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::uint64_t socket_reads() const noexcept { return socket_reads_; }
 
  private:
-  // A user's one-sided operation, from its start until its last response.
+  // A user's one-sided operation, from its start until its last response (or, withdrawn, until
+  // it is the oldest).
   struct one_sided_op {
     one_sided_request request;
     size_handler on_size;      // transfers
@@ -267,10 +268,10 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
   bool writing_ = false;
-  fifo<one_sided_op> operations_;       ///< started and not completed, in order
-  std::size_t next_to_send_ = 0;        ///< index in operations_ of the first with unsent frames
+  fifo<one_sided_op> operations_;       ///< started and not completed (or withdrawn), in order
+  std::size_t next_to_send_ = 0;        ///< index in operations_ of the first not sent nor passed
   std::uint64_t requests_started_ = 0;  ///< one-sided operations started, ever
-  std::uint64_t requests_sent_ = 0;     ///< ... whose request frames have all gone out
+  std::uint64_t requests_sent_ = 0;     ///< ... whose request frames have all gone out (or withdrawn)
   /// How many operations the latest write's and message's payload goes out after (those started
   /// before it), as an RC queue pair's SEND after the WRITEs posted before it.
   std::array<std::uint64_t, 2> payload_after_{};
