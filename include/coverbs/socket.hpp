@@ -193,7 +193,8 @@ class socket : public boost::asio::socket_base {
   void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec);
   /// Ends pending operations with operation_aborted, a pending connect too (as on
   /// `tcp::socket`); the connection stays usable, and a cancelled connect keeps open() and
-  /// bind() for the next.
+  /// bind() for the next. One-sided operations go on: a posted work request can only be
+  /// recalled by failing the connection (cancel one through its own cancellation slot).
   void cancel();
   /// As above, with `bad_descriptor` in `ec` unless open()ed, bound, connecting or connected.
   void cancel(error_code& ec);
