@@ -336,8 +336,12 @@ void rdma_stream::finish_close() {
   if (close_finished_) return;
   close_finished_ = true;
   if (close_timer_) close_timer_->cancel();
-  if (disconnect_) disconnect_();
+  disconnect();
   qp_->close();
+}
+
+void rdma_stream::disconnect() {
+  if (auto d = std::exchange(disconnect_, nullptr)) d();
 }
 
 template <class Handler>
@@ -417,8 +421,12 @@ void rdma_stream::withdraw_immediate(std::uint64_t number) {
 }
 
 // Stream operations see `ec`; writes with immediate still waiting for a credit end as the
-// posted ones do when the QP fails.
+// posted ones do when the QP fails. A connection that failed here (a local error, a terminal
+// cancel, a send that could not be posted) is over for the peer too, which would otherwise
+// learn it only when this side closes: a peer that only reads would wait until then, where
+// over TCP the failing close tells it at once. (A peer that left gets its DREQ answered.)
 void rdma_stream::fail(error_code ec, bool defer) {
+  if (!closed_) disconnect();
   deliver_failure(ec, defer);
   fifo<waiting_immediate> waiting = waiting_immediates_.take();
   for (auto& w : waiting) w.handler.clear_cancellation_slot();  // before any handler runs

@@ -921,6 +921,29 @@ inline void terminal_cancel_of_an_operation_under_way_fails_the_connection(asio:
   }
 }
 
+/// A connection that fails on this side (a write from memory deregistered before it started:
+/// a local protection error, which puts an RDMA queue pair in error) ends for the peer at once,
+/// while this side is still open, as TCP's failing close tells it: the peer's waiting read sees
+/// eof. (Takes a pair with rdma_cm over RDMA: what tells the peer there is its disconnect.)
+inline void local_failure_ends_the_peers_reads(asio::io_context& io, socket& a, socket& b) {
+  guarded_region target(b, 4096, all_remote_rights);
+  local_memory local(a, 4096);
+  std::array<char, 8> buf{};
+  outcome bad, b_read;
+  const close_on_exit guard(a, &b, io);
+  b.async_read_some(asio::buffer(buf), record(b_read));
+  const verbs::local_buffer stale = local.slice(0, 256);
+  local.registration = registered_memory();
+  a.async_write(stale, target.remote(0, 256), record(bad));
+  // Long enough for a disconnect under TCG; without one the read would wait until `a` closes.
+  const auto both_done = [&] { return bad.done && b_read.done; };
+  run_until_done(io, both_done, std::chrono::seconds(20));
+  BOOST_TEST(bad.ec.failed());
+  BOOST_TEST((b_read.ec == asio::error::eof), b_read.ec.message());
+  BOOST_TEST(a.is_open());
+  BOOST_TEST(target.untouched());
+}
+
 }  // namespace coverbs::test
 
 /// Registers every body above as test cases over `Pair` (a socket-pair fixture type with io, a

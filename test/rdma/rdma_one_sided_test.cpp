@@ -2,6 +2,7 @@
 // that the TCP transport runs (test/tcp/tcp_one_sided_test.cpp).
 #include <boost/test/unit_test.hpp>
 
+#include "connected_pair.hpp"
 #include "one_sided_tests.hpp"
 #include "rdma_socket_pair.hpp"
 
@@ -11,6 +12,15 @@ using coverbs::test::rdma_socket_pair;
 BOOST_AUTO_TEST_SUITE(rdma_one_sided)
 
 COVERBS_ONE_SIDED_TEST_CASES(rdma_socket_pair)
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rdma_one_sided_connected)
+
+BOOST_AUTO_TEST_CASE(local_failure_ends_the_peers_reads) {
+  coverbs::test::connected_pair p(transport::rdma);
+  coverbs::test::local_failure_ends_the_peers_reads(p.io, p.a, p.b);
+}
 
 BOOST_AUTO_TEST_SUITE_END()
 

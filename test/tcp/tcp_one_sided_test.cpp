@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 
+#include "connected_pair.hpp"
 #include "one_sided_tests.hpp"
 #include "raw_peer.hpp"
 #include "tcp_socket_pair.hpp"
@@ -21,6 +22,11 @@ using coverbs::test::violation;
 BOOST_AUTO_TEST_SUITE(tcp_one_sided)
 
 COVERBS_ONE_SIDED_TEST_CASES(tcp_socket_pair)
+
+BOOST_AUTO_TEST_CASE(local_failure_ends_the_peers_reads) {  // through the acceptor, as over RDMA
+  test::connected_pair p(transport::tcp);
+  test::local_failure_ends_the_peers_reads(p.io, p.a, p.b);
+}
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -54,8 +54,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void start();
   /// Sizes the send pool after the peer's receive pool and opens the credit window.
   void set_peer(stream_geometry peer);
-  /// What to do once close() has let the last send finish (rdma_cm: disconnect, so the peer
-  /// learns); without one the QP is simply moved to ERROR.
+  /// How to tell the peer that the connection is over (rdma_cm: disconnect), once close() has
+  /// let the last send finish or as soon as the connection fails here; without one the QP is
+  /// simply moved to ERROR.
   void on_close(std::function<void()> disconnect) { disconnect_ = std::move(disconnect); }
   /// Whether large messages from registered memory go out uncopied (see
   /// socket_options::zero_copy_messages).
@@ -146,6 +147,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void credit_unused();
   void start_waiting_immediates();
   void fail(error_code ec, bool defer = false);
+  /// Tells the peer, once (see on_close).
+  void disconnect();
 
   std::shared_ptr<void> resources_;
   const verbs::protection_domain& pd_;
