@@ -410,10 +410,9 @@ void rdma_stream::start_waiting_immediates() {
 
 // Withdrawn ones stay in their place (numbers stay consecutive, so finding one is an index).
 void rdma_stream::withdraw_immediate(std::uint64_t number) {
-  if (waiting_immediates_.empty() || number < waiting_immediates_.front().number) return;
-  const std::uint64_t index = number - waiting_immediates_.front().number;
-  if (index >= waiting_immediates_.size() || !waiting_immediates_[index].handler) return;
-  size_handler handler = std::move(waiting_immediates_[index].handler);
+  waiting_immediate* w = waiting_immediates_.find_numbered(number);
+  if (w == nullptr || !w->handler) return;
+  size_handler handler = std::move(w->handler);
   // Clears the slot whose handler runs this (as stream_core::cancel does): nothing of that
   // handler is touched afterwards.
   handler.clear_cancellation_slot();

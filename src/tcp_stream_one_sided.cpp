@@ -107,8 +107,7 @@ void tcp_stream::start_operation(one_sided_op op) {
 }
 
 void tcp_stream::watch(const one_sided_op& op) {
-  auto slot = op.on_size ? op.on_size.get_cancellation_slot() : op.on_value.get_cancellation_slot();
-  if (slot.is_connected()) {
+  if (auto slot = slot_of(op); slot.is_connected()) {
     slot.assign(
         [this, number = op.number](boost::asio::cancellation_type type) { cancel_operation(number, type); });
   }
@@ -116,10 +115,9 @@ void tcp_stream::watch(const one_sided_op& op) {
 
 void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellation_type type) {
   // Operations leave only from the front (or all at once), so numbers are consecutive there.
-  if (operations_.empty() || number < operations_.front().number) return;  // its result is known
-  const std::uint64_t index = number - operations_.front().number;
-  if (index >= operations_.size()) return;
-  one_sided_op& op = operations_[index];
+  one_sided_op* found = operations_.find_numbered(number);
+  if (found == nullptr) return;  // its result is known
+  one_sided_op& op = *found;
   if (op.withdrawn || op.cancelled) return;
   if (op.sent == 0 && !op.local_error) {
     // finish clears the slot whose handler runs this (as stream_core::cancel does): nothing

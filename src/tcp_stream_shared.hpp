@@ -24,12 +24,17 @@ inline error_code flushed() {
   return make_error_code(wc_errc::flushed);
 }
 
-// Clears the cancellation slot of the handler a one-sided operation holds, whose canceller points at
-// the stream: once its result is known, or its handler is destroyed with the context.
+// The cancellation slot of the handler a one-sided operation holds (a size's or a value's).
+template <class Operation>
+auto slot_of(const Operation& op) noexcept {
+  return op.on_size ? op.on_size.get_cancellation_slot() : op.on_value.get_cancellation_slot();
+}
+
+// Clears that slot, whose canceller points at the stream: once the operation's result is known,
+// or its handler is destroyed with the context.
 template <class Operation>
 void disconnect(const Operation& op) noexcept {
-  if (op.on_size) return op.on_size.clear_cancellation_slot();
-  op.on_value.clear_cancellation_slot();
+  if (auto slot = slot_of(op); slot.is_connected()) slot.clear();
 }
 
 }  // namespace coverbs::detail::tcp_stream_shared

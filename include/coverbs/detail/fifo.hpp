@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/circular_buffer.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 namespace coverbs::detail {
@@ -23,6 +24,15 @@ class fifo {
   auto end() noexcept { return items_.end(); }
   auto begin() const noexcept { return items_.begin(); }
   auto end() const noexcept { return items_.end(); }
+
+  /// The element whose `number` member is `number`, for elements numbered consecutively in
+  /// the order they came (so the front's tells where any is); null where it has left or has
+  /// not come.
+  T* find_numbered(std::uint64_t number) noexcept {
+    if (items_.empty() || number < items_.front().number) return nullptr;
+    const std::uint64_t index = number - items_.front().number;
+    return index < items_.size() ? &items_[index] : nullptr;
+  }
 
   void push_back(T value) {
     if (items_.full()) items_.set_capacity(std::max<std::size_t>(initial_capacity, 2 * items_.capacity()));
