@@ -448,7 +448,8 @@ void acceptor_impl::build(const std::shared_ptr<handshake_link>& link, rdma_arri
         encode_handshake(local_geometry(options)),
         asio::bind_cancellation_slot(link->abort.slot(), [link, stream, peer = a.peer](error_code ec) {
           connection c{};
-          if (!ec) c = finish_rdma_connection(stream, peer);
+          if (!ec) watch_rdma_connection(stream);
+          if (!ec) c = finish_rdma_connection(stream, peer, ec);  // else dropped: it disconnects
           report(link, ec, stream, std::move(c));
         }));
     link->accepting = true;

@@ -19,6 +19,25 @@
 namespace coverbs::detail {
 namespace asio = boost::asio;
 
+namespace {
+
+// What an exception thrown while connecting says, as the connect's completion reports it.
+error_code to_error_code(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& x) {
+    return x.code();
+  } catch (const std::system_error& x) {
+    return x.code();
+  } catch (const std::bad_alloc&) {
+    return make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    return make_error_code(std::errc::io_error);
+  }
+}
+
+}  // namespace
+
 stream_geometry local_geometry(const socket_options& options) {
   return {options.receive_buffers, options.buffer_size};
 }
@@ -48,9 +67,8 @@ std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& o
   return stream;
 }
 
-connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer) {
+void watch_rdma_connection(const std::shared_ptr<rdma_stream>& stream) {
   auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
-  stream->set_peer(peer);
   std::weak_ptr<rdma_stream> weak = stream;
   res.id.async_wait_disconnected([weak](error_code) {
     if (auto s = weak.lock()) s->peer_disconnected();
@@ -58,6 +76,19 @@ connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, st
   rdma_cm_id* native = res.id.native_handle();
   // rdma_disconnect is immediate on an id with an event channel; the peer sees DISCONNECTED.
   stream->on_close([native] { rdma_disconnect(native); });
+}
+
+connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer,
+                                  error_code& ec) {
+  // The peer's pool, within the handshake's limit, may still be more than this process may
+  // allocate or pin (RLIMIT_MEMLOCK): the connection fails, not the caller's io_context::run.
+  try {
+    stream->set_peer(peer);
+  } catch (...) {
+    ec = to_error_code(std::current_exception());
+    return {};
+  }
+  auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
   return {stream, res.id.local_endpoint(), res.id.remote_endpoint(), transport::rdma};
 }
 
@@ -125,12 +156,16 @@ asio::awaitable<connection> connect_rdma(asio::ip::tcp::endpoint peer, local_end
     rejected = std::move(stream);
   }
   auto& res = *std::static_pointer_cast<rdma_resources>(stream->resources());
+  watch_rdma_connection(stream);  // so that a close() below disconnects: the server learns
   stream_geometry their{};
-  if (auto bad = parse_handshake(res.id.peer_private_data(), their)) {
+  error_code ec(parse_handshake(res.id.peer_private_data(), their));
+  connection c{};
+  if (!ec) c = finish_rdma_connection(stream, their, ec);
+  if (ec) {
     stream->close();
-    throw boost::system::system_error(error_code(bad), "rdma handshake");
+    throw boost::system::system_error(ec, "rdma handshake");
   }
-  co_return finish_rdma_connection(stream, their);
+  co_return c;
 }
 
 asio::awaitable<connection> connect_tcp(asio::ip::tcp::endpoint peer, const connect_setup& setup,
@@ -185,20 +220,6 @@ asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, connect_se
     if (!falls_back(rdma_error)) throw boost::system::system_error(rdma_error, "rdma connect");
   }
   co_return co_await connect_tcp(peer, setup, options);
-}
-
-error_code to_error_code(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const boost::system::system_error& x) {
-    return x.code();
-  } catch (const std::system_error& x) {
-    return x.code();
-  } catch (const std::bad_alloc&) {
-    return make_error_code(std::errc::not_enough_memory);
-  } catch (...) {
-    return make_error_code(std::errc::io_error);
-  }
 }
 
 }  // namespace

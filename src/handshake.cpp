@@ -31,6 +31,8 @@ std::error_code parse_handshake(std::span<const std::byte> b, stream_geometry& o
   g.buffers = get_le<std::uint16_t>(b.data() + 4);
   g.buffer_size = get_le<std::uint32_t>(b.data() + 8);
   if (g.buffers == 0 || g.buffer_size < min_buffer || g.buffer_size > max_buffer) return bad;
+  // Each field may be sound and their product still more memory than any peer should pin.
+  if (std::uint64_t{g.buffers} * g.buffer_size > max_pool_bytes) return bad;
   out = g;
   return {};
 }

@@ -1,6 +1,6 @@
 // An RDMA client that stops half-way through the handshake must not hold up an accept onto
 // another executor for longer than the acceptor's handshake limit (10 s), nor, once given up
-// on, keep any context busy.
+// on, keep any context busy; one that asks for more than a server should give is refused.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -21,12 +21,13 @@ namespace coverbs::test {
 /// context, or another context (one per thread, say).
 enum class accept_onto { own_executor, strand, other_context };
 
-/// An RDMA client that sends its request, then stops: nobody reads its rdma_cm events, so
+/// An RDMA client that sends its request (for the receive pool `asked`, by default the
+/// options'), then stops while `io` does not run: nobody reads its rdma_cm events, so
 /// librdmacm never answers the server's reply (the RTU goes out from rdma_get_cm_event).
 class stalled_client {
  public:
   stalled_client(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& server,
-                 const socket_options& options)
+                 const socket_options& options, std::optional<detail::stream_geometry> asked = {})
       : id_(io.get_executor()) {
     std::optional<error_code> resolved;
     id_.async_resolve(server, options.resolve_timeout, [&](error_code ec) { resolved = ec; });
@@ -37,8 +38,13 @@ class stalled_client {
     service_.emplace(io.get_executor(), id_.device());
     id_.create_queue_pair(*service_, *pd_);
     // The request goes out now; `io` must not run again, or its answer would be taken.
-    id_.async_connect(detail::encode_handshake(detail::local_geometry(options)), [](error_code) {});
+    id_.async_connect(detail::encode_handshake(asked.value_or(detail::local_geometry(options))),
+                      [this](error_code ec) { result = ec; });
   }
+  stalled_client(const stalled_client&) = delete;
+  stalled_client& operator=(const stalled_client&) = delete;
+
+  std::optional<error_code> result;  ///< the connect's, once `io` has run it
 
  private:
   std::optional<verbs::protection_domain> pd_;  // before the id: freed after its QP
@@ -91,7 +97,7 @@ inline void stalled_handshake_does_not_hold_an_accept(accept_onto where) {
   boost::asio::io_context stalled_io;
   const socket_options options{.kind = transport::rdma};
   acceptor listener(contexts.io, {rdma_address(), 0}, options);
-  const stalled_client stalled(stalled_io, listener.local_endpoint(), options);
+  stalled_client stalled(stalled_io, listener.local_endpoint(), options);
 
   const auto target = contexts.executor_for(where);
   std::optional<socket> accepted;
@@ -131,7 +137,7 @@ inline void closing_the_acceptor_aborts_a_stalled_handshake(accept_onto where) {
   boost::asio::io_context stalled_io;
   const socket_options options{.kind = transport::rdma};
   acceptor listener(contexts.io, {rdma_address(), 0}, options);
-  const stalled_client stalled(stalled_io, listener.local_endpoint(), options);
+  stalled_client stalled(stalled_io, listener.local_endpoint(), options);
 
   std::optional<error_code> accept_ec;
   listener.async_accept(contexts.executor_for(where), [&](error_code ec, socket) { accept_ec = ec; });
@@ -141,6 +147,51 @@ inline void closing_the_acceptor_aborts_a_stalled_handshake(accept_onto where) {
   BOOST_REQUIRE(contexts.drive([&] { return accept_ec.has_value(); }, std::chrono::seconds(5)));
   BOOST_TEST((*accept_ec == boost::asio::error::operation_aborted), accept_ec->message());
   contexts.expect_both_run_dry(std::chrono::seconds(20));
+}
+
+/// A client whose handshake asks for a receive pool of 1 TiB (each field in range) is refused
+/// before any connection is made: the server would have to allocate and register that much to
+/// send into it (std::bad_alloc escaped from its io_context::run). The accept takes the next
+/// client.
+inline void client_asking_for_too_large_a_pool_is_refused() {
+  boost::asio::io_context io, client_io;
+  const socket_options options{.kind = transport::rdma};
+  acceptor listener(io, {rdma_address(), 0}, options);
+  std::optional<socket> accepted;
+  error_code accept_ec;
+  listener.async_accept([&](error_code ec, socket s) {
+    accept_ec = ec;
+    accepted.emplace(std::move(s));
+  });
+  stalled_client greedy(client_io, listener.local_endpoint(), options,
+                        detail::stream_geometry{65535, 16u << 20});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!greedy.result && std::chrono::steady_clock::now() < deadline) {
+    io.restart();
+    io.poll();  // throws where the server fails outside a handler's error
+    client_io.restart();
+    if (client_io.poll() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  BOOST_REQUIRE(greedy.result.has_value());
+  BOOST_TEST((*greedy.result == boost::asio::error::connection_refused), greedy.result->message());
+  BOOST_TEST(!accepted.has_value());
+
+  socket client(io, options);
+  std::optional<error_code> connected;
+  client.async_connect(listener.local_endpoint(), [&](error_code ec) { connected = ec; });
+  io.restart();
+  while (!(accepted && connected) && io.run_one_until(deadline + std::chrono::seconds(20)) > 0) {
+  }
+  BOOST_REQUIRE(accepted.has_value());
+  BOOST_REQUIRE(connected.has_value());
+  BOOST_TEST(!accept_ec, accept_ec.message());
+  BOOST_TEST(!*connected, connected->message());
+  BOOST_TEST((accepted->remote_endpoint() == client.local_endpoint()));
+  client.close();
+  accepted->close();
+  listener.close();
+  io.restart();
+  io.run_for(std::chrono::seconds(3));
 }
 
 }  // namespace coverbs::test

@@ -47,6 +47,7 @@ struct socket_options {
   std::chrono::microseconds max_spin = completion_options{}.max_spin;
   std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
   std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
+  // (256 B to 16 MiB each, 1 GiB in all: the peer refuses a handshake that asks for more.)
   std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
   /// RDMA: an `async_send` of 16 KiB or more from one buffer registered on the connection goes
   /// out from that buffer, not a copy, and completes when the peer has acknowledged it: less

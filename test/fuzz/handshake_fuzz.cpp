@@ -28,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   require(size >= handshake_size);
   require(peer.buffers > 0 && peer.buffer_size >= 256 && peer.buffer_size <= (16u << 20));
+  require(std::uint64_t{peer.buffers} * peer.buffer_size <= max_pool_bytes);
   const auto again = encode_handshake(peer);
   require(std::memcmp(again.data(), bytes.data(), handshake_size) == 0);
   return 0;

@@ -73,6 +73,9 @@ BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
     }
   }
 }
+BOOST_AUTO_TEST_CASE(client_asking_for_too_large_a_pool_is_refused) {
+  test::client_asking_for_too_large_a_pool_is_refused();
+}
 BOOST_AUTO_TEST_CASE(blocking_calls) {
   test::blocking_calls(transport::rdma);
 }

@@ -58,8 +58,13 @@ struct rdma_resources {
 /// Builds the RDMA stream of a resolved id or a connection request: PD, completion service,
 /// QP and receive pool, with the receives posted. `peer` is known on the accepting side.
 std::shared_ptr<rdma_stream> make_rdma_stream(cm::id id, const socket_options& options);
-/// Watches for the peer's disconnect and disconnects on close; returns the connection.
-connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer);
+/// Once the connection is established: watches for the peer's disconnect, and disconnects on
+/// close (or on a failure) from here on.
+void watch_rdma_connection(const std::shared_ptr<rdma_stream>& stream);
+/// Sizes the stream's send pool after the peer's receive pool and returns the connection; `ec`
+/// says where the pool could not be allocated or registered (the stream is to be closed then).
+connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer,
+                                  error_code& ec);
 /// The local pool a socket with `options` offers.
 stream_geometry local_geometry(const socket_options& options);
 
