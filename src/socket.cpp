@@ -134,6 +134,22 @@ void socket::close_connection() {
   in_use_ = transport::automatic;
 }
 
+// The attempt's last step may be done, its completion queued, when close() gives up on it
+// (cancelling then stops nothing): the connection it made is dropped, as close() promises,
+// rather than attached to a socket the caller closed (or that a newer connect now uses).
+void socket::connect_done(const std::shared_ptr<boost::asio::cancellation_signal>& attempt, error_code& ec,
+                          detail::connection c) {
+  const bool given_up = connecting_ != attempt;
+  if (!given_up) connecting_.reset();
+  if (ec) return;
+  if (given_up) {
+    c.stream->close();
+    ec = boost::asio::error::operation_aborted;
+    return;
+  }
+  attach(std::move(c.stream), c.kind, c.local, c.remote);
+}
+
 void socket::close(error_code& ec) {
   close();
   ec = {};

@@ -331,8 +331,7 @@ class socket : public boost::asio::socket_base {
           }
           auto done = [self, signal, h = std::move(handler)](error_code ec, detail::connection c) mutable {
             boost::asio::get_associated_cancellation_slot(h).clear();
-            if (self->connecting_ == signal) self->connecting_.reset();
-            if (!ec) self->attach(std::move(c.stream), c.kind, c.local, c.remote);
+            self->connect_done(signal, ec, std::move(c));
             auto ex = boost::asio::get_associated_executor(h, self->executor_);
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
@@ -576,6 +575,10 @@ class socket : public boost::asio::socket_base {
  private:
   /// close() but for open() and bind(), which a connect keeps.
   void close_connection();
+  /// A connect's result, `attempt` its signal: attaches the connection, or drops it where
+  /// close() or another connect gave up on the attempt (`ec` is then operation_aborted).
+  void connect_done(const std::shared_ptr<boost::asio::cancellation_signal>& attempt, error_code& ec,
+                    detail::connection c);
   // The blocking transfers: an asynchronous one run to its end here, and its throwing form.
   template <class Start>
   std::size_t blocking(error_code& ec, Start start) {

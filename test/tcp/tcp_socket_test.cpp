@@ -1,5 +1,8 @@
 // coverbs::socket and coverbs::acceptor over TCP, through a real listen and connect.
 #include <boost/test/unit_test.hpp>
+#include <functional>
+#include <optional>
+#include <vector>
 
 #include "accept_cancellation_tests.hpp"
 #include "accept_executor_tests.hpp"
@@ -143,6 +146,64 @@ BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
 }
 BOOST_AUTO_TEST_CASE(steady_state_operations_allocate_nothing) {
   test::steady_state_operations_allocate_nothing(transport::tcp);
+}
+
+BOOST_AUTO_TEST_CASE(close_at_any_turn_of_a_connect_leaves_the_socket_closed) {
+  // close() after n turns of the context's queue, for each n from 0 until the connect is done:
+  // before, the connect ends aborted; after, it ended connected. Either way the socket stays
+  // closed. (Not reached here: over TCP the connect's last step and the attach run in one
+  // turn; over RDMA the ESTABLISHED event's completion is posted, and a close() in the turn
+  // before it runs used to leave the connection attached: socket::connect_done drops it.)
+  namespace asio = boost::asio;
+  asio::io_context io;
+  const coverbs::socket_options options{.kind = transport::tcp};
+  coverbs::acceptor listener(io, asio::ip::tcp::endpoint(test::test_address(), 0), options);
+  std::vector<coverbs::socket> served;
+  std::function<void()> accept_next = [&] {
+    listener.async_accept([&](error_code ec, coverbs::socket s) {
+      if (ec) return;
+      served.push_back(std::move(s));
+      accept_next();
+    });
+  };
+  accept_next();
+  int aborted = 0, completed_first = 0;
+  for (int turns = 0; turns < 60 && completed_first < 5; ++turns) {
+    BOOST_TEST_CONTEXT("close() after " << turns << " turns") {
+      coverbs::socket s(io, options);
+      std::optional<error_code> result;
+      bool closed = false, result_after_close = false;
+      s.async_connect(listener.local_endpoint(), [&](error_code ec) {
+        result = ec;
+        result_after_close = closed;
+      });
+      std::function<void(int)> turn = [&](int left) {
+        if (left > 0) return asio::post(io, [&turn, left] { turn(left - 1); });
+        s.close();
+        closed = true;
+      };
+      turn(turns);
+      io.restart();
+      while (!(result && closed) && io.run_one_for(std::chrono::seconds(10)) > 0) {
+      }
+      BOOST_REQUIRE(result.has_value());
+      BOOST_REQUIRE(closed);
+      BOOST_TEST(!s.is_open());
+      if (result_after_close) {
+        BOOST_TEST((*result == asio::error::operation_aborted), result->message());
+        ++aborted;
+      } else {
+        BOOST_TEST(!*result, result->message());
+        ++completed_first;
+      }
+    }
+  }
+  BOOST_TEST(aborted > 0);
+  BOOST_TEST(completed_first > 0);  // the turns reached past the whole connect
+  listener.close();
+  for (auto& s : served) s.close();
+  io.restart();
+  io.run_for(std::chrono::seconds(1));
 }
 
 BOOST_AUTO_TEST_CASE(automatic_transport_without_rdma_is_tcp) {
