@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -345,6 +346,22 @@ BOOST_AUTO_TEST_CASE(destroying_an_id_aborts_its_waits_later) {
   doomed.reset();
   BOOST_TEST((result == asio::error::would_block));  // posted, never run inside the destructor
   io.run_for(5s);
+  BOOST_TEST((result == asio::error::operation_aborted), result.message());
+}
+
+BOOST_AUTO_TEST_CASE(destroying_an_id_aborts_an_operation_whose_event_is_on_its_way) {
+  // The address is resolved (its event read, the wait complete) and the next step handed to
+  // the handler's executor, which has not run it yet when the id goes: that step must not
+  // touch the id (it would resolve the route of a freed rdma_cm_id).
+  asio::io_context other;
+  std::optional<cm::id> doomed(io.get_executor());
+  error_code result = asio::error::would_block;
+  doomed->async_resolve(server, 2s, asio::bind_executor(other, [&](error_code ec) { result = ec; }));
+  io.run_for(2s);  // resolving the device's own address takes milliseconds, even in the VM
+  BOOST_TEST((result == asio::error::would_block));
+  doomed.reset();
+  other.restart();
+  other.run_for(5s);
   BOOST_TEST((result == asio::error::operation_aborted), result.message());
 }
 

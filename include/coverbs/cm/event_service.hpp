@@ -96,6 +96,9 @@ struct id_state {
   // Touched only by the id's owner.
   bool has_qp = false;
   std::vector<std::byte> peer_data;
+  /// Held by the state alone: an operation whose event is on its way when the id goes (the
+  /// wait complete, its handler not yet run) finds it expired and touches nothing.
+  std::shared_ptr<void> alive = std::make_shared<char>();
 };
 
 /// Completes `op` with the first matching event of `state`, queued or yet to come.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "coverbs/cm/event_service.hpp"
@@ -218,6 +219,7 @@ class id {
   template <class Steps>
   struct operation {
     detail::id_state* state;
+    std::weak_ptr<void> alive;  ///< the state's (see id_state::alive)
     Steps steps;
     int phase = 0;  // 0: not started, 1: waiting for events, 2: finishing a posted result
     error_code result{};
@@ -238,6 +240,8 @@ class id {
       } else if (phase == 2) {
         steps.finish(self, result);
         return;
+      } else if (!ec && alive.expired()) {  // the id went after the event was handed over
+        s = step{boost::asio::error::operation_aborted};
       } else {
         s = ec ? step{ec} : steps.next(*state, event);
       }
@@ -254,8 +258,10 @@ class id {
 
   template <class Signature, class Steps, class Token>
   auto start(Steps steps, Token&& token) {
-    return boost::asio::async_compose<Token, Signature>(operation<Steps>{state_.get(), std::move(steps)},
-                                                        token, executor_);
+    std::weak_ptr<void> alive;
+    if (state_) alive = state_->alive;
+    return boost::asio::async_compose<Token, Signature>(
+        operation<Steps>{state_.get(), std::move(alive), std::move(steps)}, token, executor_);
   }
 
   detail::state_ptr state_;
