@@ -204,8 +204,16 @@ void completion_engine::after_wait(op_queue& done, std::size_t found) {
   run_handlers(done);
 }
 
-bool completion_engine::run_handlers_in_step(op_queue& done, std::uint64_t loop) noexcept {
-  run_handlers(done);
+bool completion_engine::run_handlers_in_step(op_queue& done, std::uint64_t loop) {
+  try {
+    run_handlers(done);
+  } catch (...) {
+    // The step is cut short before it chose the loop's next one: a poll step goes on from
+    // here (arming and waiting, or polling, as the mode has it) while the exception leaves.
+    in_step_ = false;
+    if (current(loop)) poll_soon();
+    throw;
+  }
   if (current(loop)) return true;
   in_step_ = false;  // a handler closed the engine
   return false;
@@ -344,9 +352,18 @@ std::size_t completion_engine::collect(op_queue& done) {
   }
 }
 
-void completion_engine::run_handlers(op_queue& done) noexcept {
+// A handler that throws leaves io_context::run, as Asio lets it (run may be called again):
+// the operations found with it are completed all the same, posted.
+void completion_engine::run_handlers(op_queue& done) {
   // Static: a handler may destroy the service that ran this loop.
-  while (operation* op = done.pop()) op->complete(op, false);
+  while (operation* op = done.pop()) {
+    try {
+      op->complete(op, false);
+    } catch (...) {
+      while (operation* rest = done.pop()) rest->complete(rest, true);
+      throw;
+    }
+  }
 }
 
 void completion_engine::drain_once(bool defer) {

@@ -142,9 +142,15 @@ void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, 
                                 std::optional<std::uint32_t> used_up) {
   auto h = std::move(pending->handler);
   pending.reset();
-  if (used_up && defer) release(*used_up);
-  complete(h, ec, n, defer);
-  if (used_up && !defer) release(*used_up);
+  if (!used_up) return complete(h, ec, n, defer);
+  if (defer) release(*used_up);
+  try {
+    complete(h, ec, n, defer);
+  } catch (...) {  // the handler threw, out of io_context::run: the buffer still goes back
+    if (!defer) release(*used_up);
+    throw;
+  }
+  if (!defer) release(*used_up);
 }
 
 // The peer's end of stream stands whatever becomes of the connection afterwards (a write or

@@ -27,8 +27,10 @@
 #include <future>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "coverbs/socket.hpp"
@@ -157,6 +159,53 @@ inline asio::awaitable<void> expect_reported_then_marker(socket& b, const std::v
   BOOST_TEST(
       std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(outcome->second), data.begin()));
   BOOST_TEST(std::memcmp(got.data() + outcome->second, cancel_marker.data(), cancel_marker.size()) == 0);
+}
+
+void throwing_read_handlers_leave_run_and_the_stream_goes_on(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::uint32_t rounds = 12;
+  const auto run_until = [&io](const auto& done) {
+    io.restart();
+    while (!done() && io.run_one_for(std::chrono::seconds(20)) > 0) {
+    }
+    BOOST_REQUIRE(done());
+  };
+  for (std::uint32_t i = 0; i < rounds; ++i) {
+    BOOST_TEST_CONTEXT("round " << i) {
+      std::optional<error_code> wrote;
+      asio::async_write(a, asio::buffer(&i, sizeof i), [&](error_code ec, std::size_t) { wrote = ec; });
+      std::uint32_t got = ~0u;
+      bool read = false;
+      asio::async_read(b, asio::buffer(&got, sizeof got), [&](error_code ec, std::size_t) {
+        BOOST_TEST(!ec, ec.message());
+        read = true;
+        if (!ec) throw std::runtime_error("from a read handler");
+      });
+      bool threw = false;
+      io.restart();
+      try {
+        io.run_for(std::chrono::seconds(20));
+      } catch (const std::runtime_error&) {
+        threw = true;
+      }
+      BOOST_REQUIRE(read);
+      BOOST_TEST(threw);
+      BOOST_TEST(got == i);
+      run_until([&] { return wrote.has_value(); });
+      BOOST_TEST(!*wrote, wrote->message());
+    }
+  }
+  for (auto [from, to] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+    const std::uint32_t sent = 0x5eed;
+    std::uint32_t got = 0;
+    std::optional<error_code> wrote, read;
+    asio::async_write(*from, asio::buffer(&sent, sizeof sent),
+                      [&](error_code ec, std::size_t) { wrote = ec; });
+    asio::async_read(*to, asio::buffer(&got, sizeof got), [&](error_code ec, std::size_t) { read = ec; });
+    run_until([&] { return wrote && read; });
+    BOOST_TEST(!*wrote, wrote->message());
+    BOOST_TEST(!*read, read->message());
+    BOOST_TEST(got == sent);
+  }
 }
 
 void large_messages_between_stream_writes(asio::io_context& io, socket& a, socket& b) {

@@ -115,6 +115,13 @@ inline const std::string cancel_marker = "next";
 /// are copied (messages_from_registered_memory has the uncopied ones).
 void large_messages_between_stream_writes(boost::asio::io_context& io, socket& a, socket& b);
 
+/// A read handler that throws leaves io_context::run, as Asio's do, and the stream goes on:
+/// each round's bytes arrive, in order, for more rounds than a small RDMA receive pool has
+/// buffers (a buffer kept from the peer at each throw would stop the writer after that many),
+/// and both directions still work after.
+void throwing_read_handlers_leave_run_and_the_stream_goes_on(boost::asio::io_context& io, socket& a,
+                                                             socket& b);
+
 /// The largest message, its send cancelled at once: the send completes whole or with
 /// operation_aborted and nothing sent, and the peer receives the message exactly when the send
 /// reported it, then the next. Over TCP it goes out from the caller's memory, which cannot be

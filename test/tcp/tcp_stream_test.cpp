@@ -66,6 +66,11 @@ BOOST_AUTO_TEST_CASE(messages) {
   test::messages_keep_boundaries(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(throwing_read_handlers) {
+  tcp_socket_pair p;
+  test::throwing_read_handlers_leave_run_and_the_stream_goes_on(p.io, p.a, p.b);
+}
+
 BOOST_AUTO_TEST_CASE(large_messages) {
   tcp_socket_pair p;
   test::large_messages_between_stream_writes(p.io, p.a, p.b);

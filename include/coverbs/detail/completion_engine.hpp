@@ -125,10 +125,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void learn(std::chrono::nanoseconds wait) noexcept;
   /// Takes every available completion into `done`; returns how many.
   std::size_t collect(op_queue& done);
-  static void run_handlers(op_queue& done) noexcept;
+  static void run_handlers(op_queue& done);
   /// Runs `done` inside a step of loop `loop`; false (and the step is over) if a handler
   /// closed the engine meanwhile.
-  bool run_handlers_in_step(op_queue& done, std::uint64_t loop) noexcept;
+  bool run_handlers_in_step(op_queue& done, std::uint64_t loop);
   void drain_once(bool defer);
 
   std::optional<boost::asio::posix::stream_descriptor> descriptor_;
