@@ -154,34 +154,27 @@ inline void closing_the_acceptor_aborts_a_stalled_handshake(accept_onto where) {
 /// send into it (std::bad_alloc escaped from its io_context::run). The accept takes the next
 /// client.
 inline void client_asking_for_too_large_a_pool_is_refused() {
-  boost::asio::io_context io, client_io;
+  two_contexts contexts;  // the acceptor's, and the raw client's as the worker
   const socket_options options{.kind = transport::rdma};
-  acceptor listener(io, {rdma_address(), 0}, options);
+  acceptor listener(contexts.io, {rdma_address(), 0}, options);
   std::optional<socket> accepted;
   error_code accept_ec;
   listener.async_accept([&](error_code ec, socket s) {
     accept_ec = ec;
     accepted.emplace(std::move(s));
   });
-  stalled_client greedy(client_io, listener.local_endpoint(), options,
+  stalled_client greedy(contexts.worker, listener.local_endpoint(), options,
                         detail::stream_geometry{65535, 16u << 20});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!greedy.result && std::chrono::steady_clock::now() < deadline) {
-    io.restart();
-    io.poll();  // throws where the server fails outside a handler's error
-    client_io.restart();
-    if (client_io.poll() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // The server's poll throws where it fails outside a handler's error.
+  contexts.drive([&] { return greedy.result.has_value(); }, std::chrono::seconds(20));
   BOOST_REQUIRE(greedy.result.has_value());
   BOOST_TEST((*greedy.result == boost::asio::error::connection_refused), greedy.result->message());
   BOOST_TEST(!accepted.has_value());
 
-  socket client(io, options);
+  socket client(contexts.io, options);
   std::optional<error_code> connected;
   client.async_connect(listener.local_endpoint(), [&](error_code ec) { connected = ec; });
-  io.restart();
-  while (!(accepted && connected) && io.run_one_until(deadline + std::chrono::seconds(20)) > 0) {
-  }
+  contexts.drive([&] { return accepted && connected; }, std::chrono::seconds(30));
   BOOST_REQUIRE(accepted.has_value());
   BOOST_REQUIRE(connected.has_value());
   BOOST_TEST(!accept_ec, accept_ec.message());
@@ -190,8 +183,7 @@ inline void client_asking_for_too_large_a_pool_is_refused() {
   client.close();
   accepted->close();
   listener.close();
-  io.restart();
-  io.run_for(std::chrono::seconds(3));
+  contexts.drive([] { return false; }, std::chrono::seconds(3));
 }
 
 }  // namespace coverbs::test
