@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "coverbs/detail/tcp_stream.hpp"
+#include "rethrow_later.hpp"
 
 namespace coverbs::detail {
 
@@ -260,7 +261,7 @@ void acceptor_impl::serve() {
     waiters_.erase(own);
     connection c = std::move(ready_.front());
     ready_.pop_front();
-    std::move(w.handler)(error_code(), std::move(c));
+    complete(std::move(w.handler), error_code(), std::move(c));
   }
   while (!waiters_.empty() && !arrived_.empty()) {
     arrival a = std::move(arrived_.front());
@@ -293,7 +294,17 @@ void acceptor_impl::listener_failed(error_code ec) {
   if (waiters_.empty() || closed_) return;
   auto w = std::move(waiters_.front());
   waiters_.pop_front();
-  std::move(w.handler)(ec, connection{});
+  complete(std::move(w.handler), ec, connection{});
+}
+
+// An accept's handler run here, inside the acceptor's work (the next accepts, the listeners)
+// which an exception from it must not cut short.
+void acceptor_impl::complete(accept_handler handler, error_code ec, connection c) {
+  try {
+    std::move(handler)(ec, std::move(c));
+  } catch (...) {
+    rethrow_later(executor_, std::current_exception());
+  }
 }
 
 void acceptor_impl::run_listeners() {

@@ -106,6 +106,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   error_code make_listener(std::optional<cm::id>& listener);
   std::shared_ptr<void> admit();
   void fail(accept_handler handler, error_code ec);
+  void complete(accept_handler handler, error_code ec, connection c);
   void requeue(waiter w);
   bool on_own_executor(const waiter& w) const { return w.executor == executor_; }
 

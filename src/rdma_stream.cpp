@@ -275,25 +275,14 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   }
   credits_ += r.imm & stream_imm::credits_mask;
   const segment s{receive_memory_.get() + std::size_t{index} * local_.buffer_size, r.bytes, index};
-  // A handler run inline here may throw, out of io_context::run: the credits this message
-  // brought still reach the writes waiting for them (a writer's peer may be waiting in turn).
-  try {
-    if ((r.imm & stream_imm::message_bit) != 0) {
-      deliver_message(s);
-    } else if (r.bytes > 0) {
-      deliver_bytes(s);
-    } else if (!closed_) {
-      post_receive(index);  // control slots are implicit credits: see control_slots
-    }
-    if ((r.imm & stream_imm::fin_bit) != 0) deliver_end_of_stream();
-  } catch (...) {
-    pass_credits_on();
-    throw;
+  if ((r.imm & stream_imm::message_bit) != 0) {
+    deliver_message(s);
+  } else if (r.bytes > 0) {
+    deliver_bytes(s);
+  } else if (!closed_) {
+    post_receive(index);  // control slots are implicit credits: see control_slots
   }
-  pass_credits_on();
-}
-
-void rdma_stream::pass_credits_on() {
+  if ((r.imm & stream_imm::fin_bit) != 0) deliver_end_of_stream();
   send_control_messages();
   start_waiting_immediates();
   capacity_available();

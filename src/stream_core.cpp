@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "rethrow_later.hpp"
+
 namespace coverbs::detail {
 
 // A slot among a connection's one-sided operations, given back when the operation's handler
@@ -142,15 +144,9 @@ void stream_core::end_operation(std::optional<Pending>& pending, error_code ec, 
                                 std::optional<std::uint32_t> used_up) {
   auto h = std::move(pending->handler);
   pending.reset();
-  if (!used_up) return complete(h, ec, n, defer);
-  if (defer) release(*used_up);
-  try {
-    complete(h, ec, n, defer);
-  } catch (...) {  // the handler threw, out of io_context::run: the buffer still goes back
-    if (!defer) release(*used_up);
-    throw;
-  }
-  if (!defer) release(*used_up);
+  if (used_up && defer) release(*used_up);
+  complete(h, ec, n, defer);
+  if (used_up && !defer) release(*used_up);
 }
 
 // The peer's end of stream stands whatever becomes of the connection afterwards (a write or
@@ -411,6 +407,10 @@ void stream_core::deliver_failure(error_code ec, bool defer) {
   serve_write(defer);
   serve_send(defer);
   serve_waits(defer);
+}
+
+void stream_core::rethrow_later(std::exception_ptr thrown) const {
+  detail::rethrow_later(executor_, std::move(thrown));
 }
 
 void stream_core::destroy_pending() noexcept {

@@ -94,59 +94,52 @@ void tcp_stream::start() {
 // Frames already in the inbox are handled in this loop, not by recursion: one system call can
 // bring a burst of hundreds of small frames.
 void tcp_stream::read_frames() {
-  try {
-    while (!closed_ && !broken_ && !reading_) {
-      // A peer that runs ahead of the application, or that asks more than its window and does
-      // not read the answers, is held back by TCP flow control once we stop reading. A peer
-      // within its window never is: it may be waiting for us to take its bytes before it can
-      // take our answers.
-      if (held_bytes_ >= max_held_bytes || immediates_held() >= max_held_immediates ||
-          responses_queued_ >= max_queued_responses) {
-        read_paused_ = true;
-        return;
-      }
-      read_paused_ = false;
-      if (reads_this_turn_ >= reads_per_turn) return read_frames_later();  // which starts the count anew
-      if (data_left_ > 0) {  // a data frame's payload, or what a reader left of it
-        if (!take_data()) return;
-        continue;
-      }
-      if (write_in_hand_) {
-        if (!take_write()) return;
-        continue;
-      }
-      if (inbox_end_ - inbox_begin_ < wire::header_size) {
-        if (large_payload_in_hand()) {
-          if (!read_after_large_frame()) return;
-          continue;
-        }
-        inbox_idle_ = !input_wanted();
-        if (inbox_idle_) return;
-        return fill_inbox();
-      }
-      if (!decode_inbox_header()) return protocol_error();
-      inbox_begin_ += wire::header_size;
-      answers_peer_ = answers_peer_ || is_request(header_.type);
-      if (header_.type == frame_type::data) {
-        data_left_ = header_.payload_length;
-        continue;
-      }
-      if (header_.type == frame_type::write || header_.type == frame_type::write_with_immediate) {
-        start_write();
-        continue;
-      }
-      if (const mutable_buffer_list* receiver = receiver_for_message()) {
-        if (!receive_message_directly(*receiver)) return;
-        continue;
-      }
-      if (!take_payload()) return;  // the rest is on its way; on_payload goes on
-      handle_frame();
+  while (!closed_ && !broken_ && !reading_) {
+    // A peer that runs ahead of the application, or that asks more than its window and does
+    // not read the answers, is held back by TCP flow control once we stop reading. A peer
+    // within its window never is: it may be waiting for us to take its bytes before it can
+    // take our answers.
+    if (held_bytes_ >= max_held_bytes || immediates_held() >= max_held_immediates ||
+        responses_queued_ >= max_queued_responses) {
+      read_paused_ = true;
+      return;
     }
-  } catch (...) {
-    // A handler run inline threw, out of io_context::run as Asio lets it: the frames left in
-    // the inbox, and reading on, wait for a later turn.
-    read_frames_later();
-    throw;
+    read_paused_ = false;
+    if (reads_this_turn_ >= reads_per_turn) return read_frames_later();  // which starts the count anew
+    if (data_left_ > 0) {  // a data frame's payload, or what a reader left of it
+      if (!take_data()) return;
+      continue;
+    }
+    if (write_in_hand_) {
+      if (!take_write()) return;
+      continue;
+    }
+    if (inbox_end_ - inbox_begin_ < wire::header_size) {
+      if (large_payload_in_hand()) {
+        if (!read_after_large_frame()) return;
+        continue;
+      }
+      inbox_idle_ = !input_wanted();
+      if (inbox_idle_) return;
+      return fill_inbox();
+    }
+    if (!decode_inbox_header()) return protocol_error();
+    inbox_begin_ += wire::header_size;
+    answers_peer_ = answers_peer_ || is_request(header_.type);
+    if (header_.type == frame_type::data) {
+      data_left_ = header_.payload_length;
+      continue;
+    }
+    if (header_.type == frame_type::write || header_.type == frame_type::write_with_immediate) {
+      start_write();
+      continue;
+    }
+    if (const mutable_buffer_list* receiver = receiver_for_message()) {
+      if (!receive_message_directly(*receiver)) return;
+      continue;
+    }
+    if (!take_payload()) return;  // the rest is on its way; on_payload goes on
+    handle_frame();
   }
 }
 

@@ -206,6 +206,87 @@ void throwing_read_handlers_leave_run_and_the_stream_goes_on(asio::io_context& i
   }
 }
 
+void throwing_write_handlers_leave_run_and_the_stream_goes_on(asio::io_context& io, socket& a, socket& b,
+                                                              std::size_t ahead) {
+  const std::size_t write_size = 4 * detail::stream_core::min_direct_bytes;
+  const std::size_t message_size =
+      std::min(detail::stream_core::min_direct_bytes, a.impl()->max_message_size());
+  const auto written = random_bytes(write_size, 11), message = random_bytes(message_size, 12);
+  const std::size_t piece = detail::stream_core::min_direct_bytes - 1000;  // copied, not direct
+  const std::vector<std::byte> small(ahead, std::byte{7});
+  {  // a connection's first bytes wait for the peer's greeting: over TCP the small write
+     // below would then hold the write slot
+    std::uint32_t greeting = 0;
+    run_coroutine(io, [&]() -> asio::awaitable<void> {
+      co_await (asio::async_write(a, asio::buffer(&greeting, sizeof greeting), asio::use_awaitable) &&
+                asio::async_read(b, asio::buffer(&greeting, sizeof greeting), asio::use_awaitable));
+    });
+  }
+  constexpr std::uint32_t rounds = 8;
+  for (std::uint32_t i = 0; i < rounds; ++i) {
+    BOOST_TEST_CONTEXT("round " << i) {
+      // Small writes in flight (copied; over TCP more than the kernel's small buffers take),
+      // so that the large write and the message behind them go out together: over TCP both
+      // from the callers' memory, in one write, ended by the same completion.
+      std::vector<std::optional<std::pair<error_code, std::size_t>>> small_writes((ahead + piece - 1) /
+                                                                                  piece);
+      for (std::size_t k = 0; k < small_writes.size(); ++k) {
+        const std::size_t at = k * piece, n = std::min(piece, ahead - at);
+        a.async_write_some(asio::buffer(small.data() + at, n), [&, k](error_code ec, std::size_t taken) {
+          small_writes[k] = {ec, taken};
+        });
+      }
+      auto small_done = [&] {
+        return std::all_of(small_writes.begin(), small_writes.end(),
+                           [](const auto& w) { return w.has_value(); });
+      };
+      std::optional<error_code> sent;
+      std::optional<std::size_t> wrote;
+      a.async_write_some(asio::buffer(written), [&](error_code ec, std::size_t n) {
+        BOOST_TEST(!ec, ec.message());
+        wrote = n;
+        if (!ec) throw std::runtime_error("from a write handler");
+      });
+      a.async_send(asio::buffer(message), [&](error_code ec, std::size_t) { sent = ec; });
+      std::vector<std::byte> got(ahead), received(message_size);
+      std::optional<error_code> read, receive;
+      asio::async_read(b, asio::buffer(got), [&](error_code ec, std::size_t) { read = ec; });
+      b.async_receive(asio::buffer(received), [&](error_code ec, std::size_t) { receive = ec; });
+      bool threw = false;
+      io.restart();
+      try {
+        io.run_for(std::chrono::seconds(20));
+      } catch (const std::runtime_error&) {
+        threw = true;
+      }
+      BOOST_TEST(threw);
+      run_until(
+          io, [&] { return small_done() && wrote && sent && read && receive; }, std::chrono::seconds(20));
+      BOOST_REQUIRE_MESSAGE(wrote.has_value(), "the write never completed");
+      BOOST_REQUIRE_MESSAGE(sent.has_value(), "the message behind the throwing write never completed");
+      BOOST_REQUIRE((small_done() && read && receive));
+      for (std::size_t k = 0; k < small_writes.size(); ++k) {
+        BOOST_TEST(!small_writes[k]->first, small_writes[k]->first.message());
+        BOOST_REQUIRE_MESSAGE(small_writes[k]->second == std::min(piece, ahead - k * piece),
+                              "a small write was taken in part");
+      }
+      BOOST_TEST(!*sent, sent->message());
+      BOOST_TEST(!*read, read->message());
+      BOOST_TEST(!*receive, receive->message());
+      BOOST_TEST(std::all_of(got.begin(), got.end(), [](std::byte c) { return c == std::byte{7}; }));
+      BOOST_TEST((received == message));
+      std::vector<std::byte> rest(*wrote);
+      std::optional<error_code> read_rest;
+      asio::async_read(b, asio::buffer(rest), [&](error_code ec, std::size_t) { read_rest = ec; });
+      run_until(
+          io, [&] { return read_rest.has_value(); }, std::chrono::seconds(20));
+      BOOST_REQUIRE(read_rest.has_value());
+      BOOST_TEST(!*read_rest, read_rest->message());
+      BOOST_TEST(std::equal(rest.begin(), rest.end(), written.begin()));
+    }
+  }
+}
+
 void large_messages_between_stream_writes(asio::io_context& io, socket& a, socket& b) {
   constexpr std::size_t direct = detail::stream_core::min_direct_bytes;
   const std::size_t largest = a.impl()->max_message_size();

@@ -122,6 +122,14 @@ void large_messages_between_stream_writes(boost::asio::io_context& io, socket& a
 void throwing_read_handlers_leave_run_and_the_stream_goes_on(boost::asio::io_context& io, socket& a,
                                                              socket& b);
 
+/// A write handler that throws leaves io_context::run, and the stream goes on: the message
+/// sent behind that write completes and arrives, as do the write's bytes. `ahead` bytes are
+/// written first, in copied writes each of which must be taken whole (RDMA: within the
+/// credits); over TCP with small kernel buffers they are queued, and the large write and the
+/// message then go out together from the callers' memory, ended by one completion.
+void throwing_write_handlers_leave_run_and_the_stream_goes_on(boost::asio::io_context& io, socket& a,
+                                                              socket& b, std::size_t ahead);
+
 /// The largest message, its send cancelled at once: the send completes whole or with
 /// operation_aborted and nothing sent, and the peer receives the message exactly when the send
 /// reported it, then the next. Over TCP it goes out from the caller's memory, which cannot be

@@ -17,11 +17,19 @@ struct tcp_socket_pair {
   socket a{io};
   socket b;
 
-  explicit tcp_socket_pair(std::size_t max_message = 64 * 1024, peer_context where = peer_context::shared)
+  /// `kernel_buffer`, when not 0, sizes a's send buffer and b's receive buffer (SO_SNDBUF,
+  /// SO_RCVBUF): what a writes beyond both together then waits in its stream until b reads.
+  explicit tcp_socket_pair(std::size_t max_message = 64 * 1024, peer_context where = peer_context::shared,
+                           int kernel_buffer = 0)
       : b(where == peer_context::own ? peer_io : io) {
     namespace ip = boost::asio::ip;
     ip::tcp::acceptor acceptor(io, ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
     ip::tcp::socket client(io), server(where == peer_context::own ? peer_io : io);
+    if (kernel_buffer != 0) {  // before the connection, whose window follows the receive buffer
+      acceptor.set_option(boost::asio::socket_base::receive_buffer_size(kernel_buffer));
+      client.open(ip::tcp::v4());
+      client.set_option(boost::asio::socket_base::send_buffer_size(kernel_buffer));
+    }
     client.connect(acceptor.local_endpoint());
     acceptor.accept(server);
     auto sa = std::make_shared<detail::tcp_stream>(std::move(client), max_message);

@@ -58,6 +58,11 @@ BOOST_AUTO_TEST_CASE(throwing_read_handlers) {
   test::throwing_read_handlers_leave_run_and_the_stream_goes_on(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(throwing_write_handlers) {
+  rdma_socket_pair p({.buffers = 4, .buffer_size = 4096});
+  test::throwing_write_handlers_leave_run_and_the_stream_goes_on(p.io, p.a, p.b, 100);
+}
+
 BOOST_AUTO_TEST_CASE(large_messages) {
   rdma_socket_pair p;
   test::large_messages_between_stream_writes(p.io, p.a, p.b);

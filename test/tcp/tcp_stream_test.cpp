@@ -71,6 +71,13 @@ BOOST_AUTO_TEST_CASE(throwing_read_handlers) {
   test::throwing_read_handlers_leave_run_and_the_stream_goes_on(p.io, p.a, p.b);
 }
 
+BOOST_AUTO_TEST_CASE(throwing_write_handlers) {
+  // Small kernel buffers: the body's small writes are queued in part, so that the large write
+  // and the message behind them are gathered into one write and ended by one completion.
+  tcp_socket_pair p(64 * 1024, test::peer_context::shared, 4096);
+  test::throwing_write_handlers_leave_run_and_the_stream_goes_on(p.io, p.a, p.b, 2 * 15 * 1024);
+}
+
 BOOST_AUTO_TEST_CASE(large_messages) {
   tcp_socket_pair p;
   test::large_messages_between_stream_writes(p.io, p.a, p.b);

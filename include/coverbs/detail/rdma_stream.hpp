@@ -149,8 +149,6 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void fail(error_code ec, bool defer = false);
   /// Tells the peer, once (see on_close).
   void disconnect();
-  /// What a receive's credits set going: credit reports, writes with immediate, writers.
-  void pass_credits_on();
 
   std::shared_ptr<void> resources_;
   const verbs::protection_domain& pd_;

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 
@@ -198,15 +199,24 @@ class stream_core : public handler_holder {
   /// posted to the stream's executor when `defer`, else invoked here. Invoking an erased
   /// handler hands over to the user's handler's associated executor (inline where that is this
   /// thread's), so dispatching it through the stream's executor first would only repeat that
-  /// check, at a sixth of a receive's instructions.
+  /// check, at a sixth of a receive's instructions. A handler invoked here that throws does
+  /// not unwind the transport's call, which has work left after it (returning a buffer,
+  /// passing on credits, ending a second write, reading on): see rethrow_later.
   template <class Handler, class... Results>
   void hand_over(Handler&& handler, bool defer, Results... results) const {
     if (defer) {
       using call = posted_call<std::decay_t<Handler>, Results...>;
       return post_unerased(executor_, call{std::forward<Handler>(handler), {results...}});
     }
-    std::forward<Handler>(handler)(results...);
+    try {
+      std::forward<Handler>(handler)(results...);
+    } catch (...) {
+      rethrow_later(std::current_exception());
+    }
   }
+  /// Leaves io_context::run with a handler's exception, as Asio lets one do, from a handler
+  /// posted to the stream's executor.
+  void rethrow_later(std::exception_ptr thrown) const;
   /// Whether a user's read, receive, wait for an immediate, or wait to read or for an error
   /// is pending (over TCP both are only seen by reading).
   bool awaiting_input() const noexcept {
