@@ -127,7 +127,10 @@ void acceptor_impl::cancel() {
   for (auto& w : waiters) fail(std::move(w.handler), asio::error::operation_aborted);
   for (auto at = handshakes_.begin(); at != handshakes_.end();) {
     const auto next = std::next(at);
-    if (at->taker) abort_taker(at);
+    if (at->taker) {
+      const std::uint64_t id = at->taker->id;
+      if (!abort_taker(at)) remember_cancelled(id);  // its result is on its way
+    }
     at = next;
   }
   stop_listeners();  // nobody waits: run() may return, as after tcp::acceptor::cancel
@@ -153,7 +156,12 @@ void acceptor_impl::cancel_accept_here(std::uint64_t id, bool reject) {
   const auto shaking = std::find_if(handshakes_.begin(), handshakes_.end(),
                                     [id](const handshake& h) { return h.taker && h.taker->id == id; });
   if (shaking != handshakes_.end() && reject && abort_taker(shaking)) return;
-  // On its way (or done, or a handshake left to finish): should it fall through, it ends.
+  remember_cancelled(id);  // on its way (or done, or a handshake left to finish)
+}
+
+// Should the accept's connection fall through, the accept ends (requeue) instead of waiting
+// for the next one.
+void acceptor_impl::remember_cancelled(std::uint64_t id) {
   constexpr std::size_t remembered = 16;
   if (cancelled_in_flight_.size() == remembered) cancelled_in_flight_.pop_front();
   cancelled_in_flight_.push_back(id);

@@ -108,6 +108,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   void fail(accept_handler handler, error_code ec);
   void complete(accept_handler handler, error_code ec, connection c);
   void requeue(waiter w);
+  void remember_cancelled(std::uint64_t id);
   bool on_own_executor(const waiter& w) const { return w.executor == executor_; }
 
   void serve();
