@@ -127,7 +127,7 @@ struct network {
         }
       }
     } else if (arg == "--buffer-size") {
-      defaults.buffer_size = static_cast<std::uint32_t>(args.number_value(64, 64 << 20));
+      defaults.buffer_size = static_cast<std::uint32_t>(args.number_value(256, 16 << 20));
     } else if (arg == "--receive-buffers") {
       defaults.receive_buffers = static_cast<std::uint16_t>(args.number_value(1, 4096));
     } else if (arg == "--max-spin") {
@@ -146,8 +146,10 @@ constexpr std::string_view network_usage =
     "  --address A     where the server listens and the client connects (default 127.0.0.1)\n"
     "  --modes LIST    RDMA completion polling modes, comma-separated: event, busy, adaptive\n"
     "                  (default event); over TCP there is no polling mode and this is ignored\n"
-    "  --buffer-size N      socket_options::buffer_size: each stream buffer (default 64K)\n"
-    "  --receive-buffers N  socket_options::receive_buffers: buffers each side (default 32)\n"
+    "  --buffer-size N      socket_options::buffer_size: each stream buffer, 256 to 16M\n"
+    "                       (default 64K)\n"
+    "  --receive-buffers N  socket_options::receive_buffers: buffers each side (default 32);\n"
+    "                       1G in all at most\n"
     "  --max-spin US        socket_options::max_spin: adaptive mode's longest spin in\n"
     "                       microseconds (default 1000)\n";
 

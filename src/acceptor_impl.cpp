@@ -47,6 +47,8 @@ acceptor_impl::acceptor_impl(const asio::any_io_executor& ex, const socket_optio
       open_(std::make_shared<std::atomic<std::size_t>>(0)) {}
 
 error_code acceptor_impl::open(const asio::ip::tcp& protocol) {
+  // As a connecting socket's (connect_any): what the clients' library would refuse.
+  if (!usable_geometry(local_geometry(options_))) return asio::error::invalid_argument;
   family_ = protocol;
   error_code ec;
   if (options_.kind != transport::rdma) {

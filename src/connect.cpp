@@ -203,6 +203,10 @@ bool falls_back(const error_code& ec) {
 
 asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, connect_setup setup,
                                         socket_options options) {
+  // Over TCP too: the same options mean the same on either transport.
+  if (!usable_geometry(local_geometry(options))) {
+    throw boost::system::system_error(asio::error::invalid_argument, "socket_options");
+  }
   switch (options.kind) {
     case transport::rdma: co_return co_await connect_rdma(peer, setup.local, options);
     case transport::tcp: co_return co_await connect_tcp(peer, setup, options);

@@ -11,6 +11,12 @@ constexpr std::byte magic0{'C'}, magic1{'V'}, version{1};
 constexpr std::uint32_t min_buffer = 256, max_buffer = 16u << 20;
 }  // namespace
 
+bool usable_geometry(const stream_geometry& g) noexcept {
+  if (g.buffers == 0 || g.buffer_size < min_buffer || g.buffer_size > max_buffer) return false;
+  // Each field may be sound and their product still more memory than any peer should pin.
+  return std::uint64_t{g.buffers} * g.buffer_size <= max_pool_bytes;
+}
+
 std::array<std::byte, handshake_size> encode_handshake(const stream_geometry& g) noexcept {
   std::array<std::byte, handshake_size> out{};
   out[0] = magic0;
@@ -30,9 +36,7 @@ std::error_code parse_handshake(std::span<const std::byte> b, stream_geometry& o
   stream_geometry g;
   g.buffers = get_le<std::uint16_t>(b.data() + 4);
   g.buffer_size = get_le<std::uint32_t>(b.data() + 8);
-  if (g.buffers == 0 || g.buffer_size < min_buffer || g.buffer_size > max_buffer) return bad;
-  // Each field may be sound and their product still more memory than any peer should pin.
-  if (std::uint64_t{g.buffers} * g.buffer_size > max_pool_bytes) return bad;
+  if (!usable_geometry(g)) return bad;
   out = g;
   return {};
 }

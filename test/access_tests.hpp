@@ -30,6 +30,9 @@ void keys_do_not_cross_connections(transport kind, std::chrono::seconds limit);
   BOOST_AUTO_TEST_CASE(registration_limit) {                   \
     coverbs::test::registration_limit(kind);                   \
   }                                                            \
+  BOOST_AUTO_TEST_CASE(pool_options_a_peer_refuses) {          \
+    coverbs::test::unusable_pool_options(kind, limit);         \
+  }                                                            \
   BOOST_AUTO_TEST_CASE(keys_do_not_cross_connections) {        \
     coverbs::test::keys_do_not_cross_connections(kind, limit); \
   }

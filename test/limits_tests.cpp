@@ -175,4 +175,31 @@ void registration_limit(transport kind) {
   BOOST_CHECK_THROW(p.a.register_memory(huge, verbs::access::remote_read), boost::system::system_error);
 }
 
+void unusable_pool_options(transport kind, std::chrono::seconds limit) {
+  const std::vector<socket_options> refused{
+      {.kind = kind, .receive_buffers = 0},
+      {.kind = kind, .buffer_size = 255},
+      {.kind = kind, .buffer_size = (16u << 20) + 1},
+      {.kind = kind, .receive_buffers = 65, .buffer_size = 16u << 20},  // 1040 MiB
+  };
+  asio::io_context io;
+  // Listening, so that only the check stands between a client and a connection.
+  acceptor server(io, asio::ip::tcp::endpoint(test_address(), 0), {.kind = kind});
+  for (const socket_options& options : refused) {
+    BOOST_TEST_CONTEXT(options.receive_buffers << " x " << options.buffer_size) {
+      socket client(io, options);
+      BOOST_TEST((connect_within(io, client, server, limit) == asio::error::invalid_argument));
+      BOOST_TEST(!client.is_open());
+      acceptor other(io, options);
+      error_code ec;
+      other.open(asio::ip::tcp::v4(), ec);
+      BOOST_TEST((ec == asio::error::invalid_argument), ec.message());
+      BOOST_TEST(!other.is_open());
+    }
+  }
+  connected_pair p(kind, {.receive_buffers = 4, .buffer_size = 256});
+  BOOST_TEST(carries_a_byte(p.io, p.a, p.b, limit));
+  bulk_both_ways(p.io, p.a, p.b, 64 * 1024);
+}
+
 }  // namespace coverbs::test

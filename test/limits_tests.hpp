@@ -32,4 +32,10 @@ void operation_limit(transport kind, std::chrono::seconds limit);
 /// refused with value_too_large.
 void registration_limit(transport kind);
 
+/// Receive pool options a peer would refuse (no buffer, buffers under 256 B or over 16 MiB,
+/// over 1 GiB in all) are invalid_argument at once, on either transport: a connect completes
+/// with it without reaching the peer, an acceptor does not open. A pool at the small end
+/// connects and carries data.
+void unusable_pool_options(transport kind, std::chrono::seconds limit);
+
 }  // namespace coverbs::test

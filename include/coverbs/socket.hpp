@@ -47,7 +47,8 @@ struct socket_options {
   std::chrono::microseconds max_spin = completion_options{}.max_spin;
   std::uint16_t receive_buffers = 32;               ///< RDMA receive pool: buffers ...
   std::uint32_t buffer_size = 64 * 1024;            ///< ... of this size (also the message limit)
-  // (256 B to 16 MiB each, 1 GiB in all: the peer refuses a handshake that asks for more.)
+  // (At least one buffer of 256 B to 16 MiB, 1 GiB in all, which is what a peer accepts:
+  // beyond that a connect or an acceptor's open fails with invalid_argument, on TCP too.)
   std::chrono::milliseconds resolve_timeout{2000};  ///< rdma_cm address and route resolution
   /// RDMA: an `async_send` of 16 KiB or more from one buffer registered on the connection goes
   /// out from that buffer, not a copy, and completes when the peer has acknowledged it: less

@@ -18,6 +18,10 @@ inline constexpr std::size_t handshake_size = 12;
 /// stream allocates and registers a send pool of that size for it.
 inline constexpr std::uint64_t max_pool_bytes = std::uint64_t{1} << 30;
 
+/// Whether a peer takes a receive pool of this shape: at least one buffer, each of 256 B to
+/// 16 MiB, at most max_pool_bytes in all. Local socket_options are held to it too, so that a
+/// pool the peer would refuse is invalid_argument here rather than its connection_refused.
+bool usable_geometry(const stream_geometry& g) noexcept;
 std::array<std::byte, handshake_size> encode_handshake(const stream_geometry& g) noexcept;
 /// Rejects anything but a well-formed version-1 handshake with a usable geometry, its pool at
 /// most max_pool_bytes (errc::bad_descriptor), leaving `out` untouched.
