@@ -43,7 +43,9 @@ socket::socket(socket&& other) noexcept
       in_use_(std::exchange(other.in_use_, transport::automatic)),
       non_blocking_(std::exchange(other.non_blocking_, false)),
       local_(other.local_),
-      remote_(other.remote_) {}
+      remote_(other.remote_) {
+  if (connecting_) connecting_->owner = this;  // the connect goes on for this socket
+}
 
 socket& socket::operator=(socket&& other) noexcept {
   if (this != &other) {
@@ -52,6 +54,7 @@ socket& socket::operator=(socket&& other) noexcept {
     options_ = other.options_;
     impl_ = std::move(other.impl_);
     connecting_ = std::move(other.connecting_);
+    if (connecting_) connecting_->owner = this;
     opened_ = std::exchange(other.opened_, std::nullopt);
     bound_ = std::exchange(other.bound_, std::nullopt);
     set_before_connect_ = std::exchange(other.set_before_connect_, {});
@@ -125,7 +128,10 @@ void socket::close() {
 }
 
 void socket::close_connection() {
-  if (auto signal = std::move(connecting_)) signal->emit(boost::asio::cancellation_type::terminal);
+  if (auto attempt = std::move(connecting_)) {
+    attempt->owner = nullptr;  // given up: its completion, even one queued already, is dropped
+    attempt->signal.emit(boost::asio::cancellation_type::terminal);
+  }
   if (impl_) {
     impl_->close();
     impl_->keep_until_closed(nullptr);
@@ -137,17 +143,16 @@ void socket::close_connection() {
 // The attempt's last step may be done, its completion queued, when close() gives up on it
 // (cancelling then stops nothing): the connection it made is dropped, as close() promises,
 // rather than attached to a socket the caller closed (or that a newer connect now uses).
-void socket::connect_done(const std::shared_ptr<boost::asio::cancellation_signal>& attempt, error_code& ec,
-                          detail::connection c) {
-  const bool given_up = connecting_ != attempt;
-  if (!given_up) connecting_.reset();
+void socket::connect_done(detail::connect_attempt& attempt, error_code& ec, detail::connection c) {
+  socket* const owner = std::exchange(attempt.owner, nullptr);
+  if (owner != nullptr) owner->connecting_.reset();
   if (ec) return;
-  if (given_up) {
+  if (owner == nullptr) {
     c.stream->close();
     ec = boost::asio::error::operation_aborted;
     return;
   }
-  attach(std::move(c.stream), c.kind, c.local, c.remote);
+  owner->attach(std::move(c.stream), c.kind, c.local, c.remote);
 }
 
 void socket::close(error_code& ec) {
@@ -277,8 +282,8 @@ void socket::cancel(error_code& ec) {
   ec = closed_error();
   // A connect holds no connection yet (it closed the last one first). The signal is copied:
   // should the connect end inside emit(), its handler drops the socket's.
-  if (auto signal = connecting_) {
-    signal->emit(boost::asio::cancellation_type::terminal);
+  if (auto attempt = connecting_) {
+    attempt->signal.emit(boost::asio::cancellation_type::terminal);
   } else if (impl_) {
     impl_->cancel();
   }

@@ -8,12 +8,23 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <optional>
+#include <vector>
 
 #include "coverbs/acceptor.hpp"
 #include "coverbs/socket.hpp"
 #include "test_address.hpp"
 
 namespace coverbs::test {
+
+/// Accepts every connection `server` gets into `into`, until an accept fails (the acceptor
+/// closed).
+inline void accept_all(acceptor& server, std::vector<socket>& into) {
+  server.async_accept([&server, &into](error_code ec, socket s) {
+    if (ec) return;
+    into.push_back(std::move(s));
+    accept_all(server, into);
+  });
+}
 
 struct connected_pair {
   boost::asio::io_context io;

@@ -3,7 +3,6 @@
 #include "limits_tests.hpp"
 
 #include <boost/system/system_error.hpp>
-#include <functional>
 #include <memory>
 
 #include "completion_log.hpp"
@@ -37,14 +36,7 @@ void connection_limit(transport kind, std::chrono::seconds limit) {
   socket_options options{.kind = kind, .max_connections = 2};
   acceptor server(io, asio::ip::tcp::endpoint(test_address(), 0), options);
   std::vector<socket> accepted;
-  std::function<void()> accept_next = [&] {
-    server.async_accept([&](error_code ec, socket s) {
-      if (ec) return;
-      accepted.push_back(std::move(s));
-      accept_next();
-    });
-  };
-  accept_next();
+  accept_all(server, accepted);
   std::vector<std::unique_ptr<socket>> clients;
   auto connect = [&] {
     clients.push_back(std::make_unique<socket>(io, socket_options{.kind = kind}));

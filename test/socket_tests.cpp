@@ -12,6 +12,7 @@
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -849,6 +850,55 @@ void connect_cancelled_by_timer(transport kind) {
   BOOST_TEST(*winner == 1u);
   BOOST_TEST(std::chrono::duration_cast<std::chrono::milliseconds>(ended - started).count() < 3000);
   BOOST_TEST(!s.is_open());
+}
+
+void connect_outlived_or_moved(transport kind) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  const socket_options options{.kind = kind};
+  acceptor listener(io, asio::ip::tcp::endpoint(test_address(), 0), options);
+  std::vector<socket> served;
+  accept_all(listener, served);
+  for (const bool move : {false, true}) {
+    int ended_after = 0, completed_first = 0;
+    for (int turns = 0; turns < 200 && completed_first < 3; ++turns) {
+      BOOST_TEST_CONTEXT((move ? "moved" : "destroyed") << " after " << turns << " handlers") {
+        auto s = std::make_unique<socket>(io, options);
+        std::optional<socket> moved;
+        std::optional<error_code> result;
+        s->async_connect(listener.local_endpoint(), [&](error_code ec) { result = ec; });
+        io.restart();
+        for (int i = 0; i < turns && !result; ++i) io.run_one_for(std::chrono::seconds(10));
+        const bool completed = result.has_value();
+        if (move) moved.emplace(std::move(*s));
+        s.reset();  // destroyed, or (moved) destroyed after the move
+        while (!result && io.run_one_for(std::chrono::seconds(10)) > 0) {
+        }
+        BOOST_REQUIRE(result.has_value());
+        if (completed) {
+          ++completed_first;
+          BOOST_TEST(!*result, result->message());
+        } else {
+          ++ended_after;
+          if (move) {
+            BOOST_TEST(!*result, result->message());
+          } else {
+            BOOST_TEST((*result == asio::error::operation_aborted), result->message());
+          }
+        }
+        if (move && !*result) {
+          BOOST_TEST(moved->is_open());
+          BOOST_TEST(moved->remote_endpoint().port() == listener.local_endpoint().port());
+        }
+      }
+    }
+    BOOST_TEST(ended_after > 0);
+    BOOST_TEST(completed_first > 0);  // the handlers counted reached past the whole connect
+  }
+  listener.close();
+  for (auto& s : served) s.close();
+  io.restart();
+  io.run_for(std::chrono::seconds(1));
 }
 
 }  // namespace coverbs::test

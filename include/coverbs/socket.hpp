@@ -85,19 +85,30 @@ struct socket_options {
 template <class Executor>
 class rebound_socket;
 
+class socket;
+
 namespace detail {
 /// Whether `T` is an execution context (an io_context, a thread_pool), as the constructors
 /// that take one require.
 template <class T>
 constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::execution_context&>;
+
+/// A socket's pending connect: what cancels it, and the socket it connects, which a move of
+/// that socket updates; null once the socket gave up on it (closed, destroyed, or connecting
+/// anew), so that its completion never touches a socket that may be gone.
+struct connect_attempt {
+  boost::asio::cancellation_signal signal;
+  socket* owner = nullptr;
+};
 }  // namespace detail
 
 /// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
 /// subset (same constructors, member names, completion signatures and error codes), so it is
 /// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
 /// `async_read_until` work on it unchanged, with any completion token. One read and one write
-/// may be outstanding at a time, and the socket must outlive its operations, as with Asio (a
-/// lazy one, e.g. `asio::deferred`, acts on the socket as it is when it starts).
+/// may be outstanding at a time. As with Asio, a socket may be closed, destroyed or moved
+/// with operations outstanding (closed or destroyed, they end as close() ends them), but must
+/// exist when one starts (a lazy one, e.g. `asio::deferred`, acts on the socket as it is then).
 class socket : public boost::asio::socket_base {
  public:
   using executor_type = boost::asio::any_io_executor;
@@ -313,32 +324,35 @@ class socket : public boost::asio::socket_base {
   /// over RDMA also `errc::stale_connection` when the peer's CM rejects the request as stale
   /// (it holds a connection from the QP's number) eight times running: after each such
   /// reject it tries again at once with a new QP, as the CM drops the old connection.
-  /// The socket must outlive the operation, as with Asio. Terminal cancellation (e.g. racing a
-  /// timer with `||`), `cancel()` or `close()` abandons the attempt: whatever was half set up
-  /// is torn down, and the completion is `operation_aborted`.
+  /// Terminal cancellation (e.g. racing a timer with `||`), `cancel()` or `close()` abandons
+  /// the attempt: whatever was half set up is torn down, and the completion is
+  /// `operation_aborted`. As with Asio, the socket may be destroyed meanwhile (the attempt is
+  /// abandoned so) or moved (the socket moved to is connected).
   template <class CompletionToken = detail::default_socket_token>
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [](auto handler, socket* self, const endpoint_type& peer) {
           self->close_connection();
           self->remote_ = peer;  // the family a socket neither open()ed nor bound has meanwhile
-          // The attempt listens to a signal of the socket's, which close() and the handler's
-          // own slot (where it has one) both raise.
-          auto signal = std::make_shared<boost::asio::cancellation_signal>();
-          self->connecting_ = signal;
+          // The attempt listens to a signal of its own, which close() and the handler's own
+          // slot (where it has one) both raise.
+          auto attempt = std::make_shared<detail::connect_attempt>();
+          attempt->owner = self;
+          self->connecting_ = attempt;
           auto slot = boost::asio::get_associated_cancellation_slot(handler);
           if (slot.is_connected()) {
-            slot.assign([signal](boost::asio::cancellation_type type) { signal->emit(type); });
+            slot.assign([attempt](boost::asio::cancellation_type type) { attempt->signal.emit(type); });
           }
-          auto done = [self, signal, h = std::move(handler)](error_code ec, detail::connection c) mutable {
+          auto done = [attempt, io = self->executor_, h = std::move(handler)](error_code ec,
+                                                                              detail::connection c) mutable {
             boost::asio::get_associated_cancellation_slot(h).clear();
-            self->connect_done(signal, ec, std::move(c));
-            auto ex = boost::asio::get_associated_executor(h, self->executor_);
+            connect_done(*attempt, ec, std::move(c));
+            auto ex = boost::asio::get_associated_executor(h, io);
             boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
           };
-          detail::async_connect(
-              self->executor_, peer, self->setup(), self->options_,
-              detail::connect_handler(boost::asio::bind_cancellation_slot(signal->slot(), std::move(done))));
+          detail::async_connect(self->executor_, peer, self->setup(), self->options_,
+                                detail::connect_handler(boost::asio::bind_cancellation_slot(
+                                    attempt->signal.slot(), std::move(done))));
         },
         token, this, peer);
   }
@@ -576,10 +590,9 @@ class socket : public boost::asio::socket_base {
  private:
   /// close() but for open() and bind(), which a connect keeps.
   void close_connection();
-  /// A connect's result, `attempt` its signal: attaches the connection, or drops it where
-  /// close() or another connect gave up on the attempt (`ec` is then operation_aborted).
-  void connect_done(const std::shared_ptr<boost::asio::cancellation_signal>& attempt, error_code& ec,
-                    detail::connection c);
+  /// A connect's result: attaches the connection to the attempt's socket, or drops it where
+  /// that socket gave up on the attempt (`ec` is then operation_aborted).
+  static void connect_done(detail::connect_attempt& attempt, error_code& ec, detail::connection c);
   // The blocking transfers: an asynchronous one run to its end here, and its throwing form.
   template <class Start>
   std::size_t blocking(error_code& ec, Start start) {
@@ -618,8 +631,9 @@ class socket : public boost::asio::socket_base {
   }
 
   // Every operation starts here. The initiation carries the socket itself, as Asio's sockets
-  // do (which is why a socket must outlive its operations), not copies of its connection and
-  // executor: with use_awaitable each argument is copied into a coroutine frame per operation.
+  // do (which is why a socket must exist when an operation starts), not copies of its
+  // connection and executor: with use_awaitable each argument is copied into a coroutine frame
+  // per operation.
   template <class Value, class Start, class CompletionToken, class... Args>
   auto start_operation(Start start, CompletionToken&& token, const Args&... args) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, Value)>(
@@ -712,7 +726,7 @@ class socket : public boost::asio::socket_base {
   executor_type executor_;
   socket_options options_;
   std::shared_ptr<detail::stream_core> impl_;
-  std::shared_ptr<boost::asio::cancellation_signal> connecting_;  ///< a pending connect's
+  std::shared_ptr<detail::connect_attempt> connecting_;           ///< a pending connect
   std::optional<protocol_type> opened_;                           ///< open()'s, until close()
   std::optional<endpoint_type> bound_;                            ///< where bind() said to connect from
   std::vector<detail::raw_socket_option> set_before_connect_;     ///< set_option()'s, until close()

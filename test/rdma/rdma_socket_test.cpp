@@ -147,6 +147,9 @@ BOOST_AUTO_TEST_CASE(message_flags) {
   test::message_flags_as_asio(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
+BOOST_AUTO_TEST_CASE(connect_outlived_or_moved) {
+  test::connect_outlived_or_moved(transport::rdma);
+}
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::rdma);
 }

@@ -141,6 +141,9 @@ BOOST_AUTO_TEST_CASE(message_flags) {
   test::message_flags_as_asio(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::tcp); }
+BOOST_AUTO_TEST_CASE(connect_outlived_or_moved) {
+  test::connect_outlived_or_moved(transport::tcp);
+}
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::tcp);
 }
@@ -159,14 +162,7 @@ BOOST_AUTO_TEST_CASE(close_at_any_turn_of_a_connect_leaves_the_socket_closed) {
   const coverbs::socket_options options{.kind = transport::tcp};
   coverbs::acceptor listener(io, asio::ip::tcp::endpoint(test::test_address(), 0), options);
   std::vector<coverbs::socket> served;
-  std::function<void()> accept_next = [&] {
-    listener.async_accept([&](error_code ec, coverbs::socket s) {
-      if (ec) return;
-      served.push_back(std::move(s));
-      accept_next();
-    });
-  };
-  accept_next();
+  test::accept_all(listener, served);
   int aborted = 0, completed_first = 0;
   for (int turns = 0; turns < 60 && completed_first < 5; ++turns) {
     BOOST_TEST_CONTEXT("close() after " << turns << " turns") {
