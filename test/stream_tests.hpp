@@ -27,6 +27,7 @@
 #include <future>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,17 @@ void run_coroutine(asio::io_context& io, F body, std::chrono::seconds limit = st
   io.run_for(limit);
   BOOST_REQUIRE_MESSAGE(finished, "coroutine did not finish within the time limit");
   if (failure) std::rethrow_exception(failure);
+}
+
+/// Runs `io` for up to 20 s; whether a handler's std::runtime_error came out of it.
+inline bool run_catches_a_throw(asio::io_context& io) {
+  io.restart();
+  try {
+    io.run_for(std::chrono::seconds(20));
+  } catch (const std::runtime_error&) {
+    return true;
+  }
+  return false;
 }
 
 /// Runs `io` until `done()` holds or `limit` passes: connections keep their contexts busy, so
