@@ -130,7 +130,7 @@ void socket::close() {
 void socket::close_connection() {
   if (auto attempt = std::move(connecting_)) {
     attempt->owner = nullptr;  // given up: its completion, even one queued already, is dropped
-    attempt->signal.emit(boost::asio::cancellation_type::terminal);
+    attempt->cancel(boost::asio::cancellation_type::terminal);
   }
   if (impl_) {
     impl_->close();
@@ -153,6 +153,11 @@ void socket::connect_done(detail::connect_attempt& attempt, error_code& ec, deta
     return;
   }
   owner->attach(std::move(c.stream), c.kind, c.local, c.remote);
+}
+
+void detail::connect_attempt::cancel(boost::asio::cancellation_type type) {
+  if (detail::running_here(executor)) return signal.emit(type);
+  boost::asio::post(executor, [self = shared_from_this(), type] { self->signal.emit(type); });
 }
 
 void socket::close(error_code& ec) {
@@ -283,7 +288,7 @@ void socket::cancel(error_code& ec) {
   // A connect holds no connection yet (it closed the last one first). The signal is copied:
   // should the connect end inside emit(), its handler drops the socket's.
   if (auto attempt = connecting_) {
-    attempt->signal.emit(boost::asio::cancellation_type::terminal);
+    attempt->cancel(boost::asio::cancellation_type::terminal);
   } else if (impl_) {
     impl_->cancel();
   }

@@ -96,9 +96,18 @@ constexpr bool is_execution_context = std::is_convertible_v<T&, boost::asio::exe
 /// A socket's pending connect: what cancels it, and the socket it connects, which a move of
 /// that socket updates; null once the socket gave up on it (closed, destroyed, or connecting
 /// anew), so that its completion never touches a socket that may be gone.
-struct connect_attempt {
+struct connect_attempt : std::enable_shared_from_this<connect_attempt> {
+  explicit connect_attempt(socket* owner, boost::asio::any_io_executor executor)
+      : owner(owner), executor(std::move(executor)) {}
+  /// Raises `signal`: at once on a thread running `executor`'s io_context, else from a handler
+  /// posted there, which keeps the attempt alive. (co_spawn's cancellation handler, raised
+  /// elsewhere, posts its own emit holding a pointer into this signal, which the connect's end
+  /// could free first: a socket closed between two run_one() calls crashed so.)
+  void cancel(boost::asio::cancellation_type type);
+
   boost::asio::cancellation_signal signal;
-  socket* owner = nullptr;
+  socket* owner;
+  const boost::asio::any_io_executor executor;  ///< the socket's, where the connect runs
 };
 }  // namespace detail
 
@@ -108,7 +117,8 @@ struct connect_attempt {
 /// `async_read_until` work on it unchanged, with any completion token. One read and one write
 /// may be outstanding at a time. As with Asio, a socket may be closed, destroyed or moved
 /// with operations outstanding (closed or destroyed, they end as close() ends them), but must
-/// exist when one starts (a lazy one, e.g. `asio::deferred`, acts on the socket as it is then).
+/// exist when one starts (a lazy one, e.g. `asio::deferred`, acts on the socket as it is then),
+/// and is not thread-safe: use it from its executor (or strand), or while nothing runs that.
 class socket : public boost::asio::socket_base {
  public:
   using executor_type = boost::asio::any_io_executor;
@@ -326,8 +336,9 @@ class socket : public boost::asio::socket_base {
   /// reject it tries again at once with a new QP, as the CM drops the old connection.
   /// Terminal cancellation (e.g. racing a timer with `||`), `cancel()` or `close()` abandons
   /// the attempt: whatever was half set up is torn down, and the completion is
-  /// `operation_aborted`. As with Asio, the socket may be destroyed meanwhile (the attempt is
-  /// abandoned so) or moved (the socket moved to is connected).
+  /// `operation_aborted` (after a cancel, unless the connect had completed already). As with
+  /// Asio, the socket may be destroyed meanwhile (the attempt is abandoned so) or moved (the
+  /// socket moved to is connected).
   template <class CompletionToken = detail::default_socket_token>
   auto async_connect(const endpoint_type& peer, CompletionToken&& token = detail::default_socket_token()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
@@ -336,12 +347,11 @@ class socket : public boost::asio::socket_base {
           self->remote_ = peer;  // the family a socket neither open()ed nor bound has meanwhile
           // The attempt listens to a signal of its own, which close() and the handler's own
           // slot (where it has one) both raise.
-          auto attempt = std::make_shared<detail::connect_attempt>();
-          attempt->owner = self;
+          auto attempt = std::make_shared<detail::connect_attempt>(self, self->executor_);
           self->connecting_ = attempt;
           auto slot = boost::asio::get_associated_cancellation_slot(handler);
           if (slot.is_connected()) {
-            slot.assign([attempt](boost::asio::cancellation_type type) { attempt->signal.emit(type); });
+            slot.assign([attempt](boost::asio::cancellation_type type) { attempt->cancel(type); });
           }
           auto done = [attempt, io = self->executor_, h = std::move(handler)](error_code ec,
                                                                               detail::connection c) mutable {
