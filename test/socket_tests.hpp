@@ -86,10 +86,4 @@ void connect_to_first_that_accepts(transport kind);
 /// which then tries no further.
 void connect_cancelled_by_timer(transport kind);
 
-/// A socket destroyed, or moved from, after each number of the context's handlers into its
-/// connect, as an Asio socket may be: destroyed, the connect ends with operation_aborted
-/// unless it had completed; moved, the socket moved to holds the connection. The completion
-/// used to act on the socket object it started from.
-void connect_outlived_or_moved(transport kind);
-
 }  // namespace coverbs::test

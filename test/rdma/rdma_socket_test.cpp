@@ -6,6 +6,7 @@
 #include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "blocking_tests.hpp"
+#include "connect_lifetime_tests.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
 #include "echo_program.hpp"
@@ -149,6 +150,9 @@ BOOST_AUTO_TEST_CASE(message_flags) {
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::rdma); }
 BOOST_AUTO_TEST_CASE(connect_outlived_or_moved) {
   test::connect_outlived_or_moved(transport::rdma);
+}
+BOOST_AUTO_TEST_CASE(connect_cancelled_or_taken_over) {
+  test::connect_cancelled_or_taken_over(transport::rdma);
 }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::rdma);

@@ -8,6 +8,7 @@
 #include "accept_executor_tests.hpp"
 #include "allocation_tests.hpp"
 #include "blocking_tests.hpp"
+#include "connect_lifetime_tests.hpp"
 #include "connected_pair.hpp"
 #include "context_shutdown_tests.hpp"
 #include "default_token_tests.hpp"
@@ -143,6 +144,9 @@ BOOST_AUTO_TEST_CASE(message_flags) {
 BOOST_AUTO_TEST_CASE(connect_cancelled_by_timer) { test::connect_cancelled_by_timer(transport::tcp); }
 BOOST_AUTO_TEST_CASE(connect_outlived_or_moved) {
   test::connect_outlived_or_moved(transport::tcp);
+}
+BOOST_AUTO_TEST_CASE(connect_cancelled_or_taken_over) {
+  test::connect_cancelled_or_taken_over(transport::tcp);
 }
 BOOST_AUTO_TEST_CASE(destroyed_context_frees_pending_coroutines) {
   test::destroyed_context_frees_pending_coroutines(transport::tcp);
