@@ -182,6 +182,7 @@ void stream_core::read_some(const mutable_buffer_list& buffers, size_handler han
 void stream_core::serve_read(bool defer) {
   if (!read_) return;
   if (read_->buffers.empty()) return end_operation(read_, {}, 0, defer);  // Asio: at once
+  if (bytes_.empty() && !end_of_stream_ && !failure_) return;             // wait for bytes
   std::optional<std::uint32_t> last;  // the last segment used up: end_operation returns it
   const std::size_t total = take_bytes(read_->buffers, last);
   if (total == 0 && !end_of_stream_ && !failure_) return;  // wait for bytes

@@ -125,11 +125,12 @@ void tcp_stream::read_frames() {
     }
     if (!decode_inbox_header()) return protocol_error();
     inbox_begin_ += wire::header_size;
-    answers_peer_ = answers_peer_ || is_request(header_.type);
-    if (header_.type == frame_type::data) {
+    if (header_.type == frame_type::data) {  // taken now: the checks above still hold
       data_left_ = header_.payload_length;
+      if (!take_data()) return;
       continue;
     }
+    answers_peer_ = answers_peer_ || is_request(header_.type);
     if (header_.type == frame_type::write || header_.type == frame_type::write_with_immediate) {
       start_write();
       continue;

@@ -6,7 +6,6 @@
 namespace coverbs::wire {
 
 using detail::get_le;
-using detail::put_le;
 
 namespace {
 
@@ -74,48 +73,11 @@ bool consistent(const frame_header& h, std::uint32_t max_payload) noexcept {
 
 }  // namespace
 
-void encode_header(const frame_header& h, std::span<std::byte, header_size> out) noexcept {
-  std::byte* p = out.data();
-  p[0] = std::byte{h.version};
-  p[1] = static_cast<std::byte>(h.type);
-  put_le<std::uint16_t>(p + 2, 0);  // flags: none defined in version 1
-  put_le(p + 4, h.payload_length);
-  put_le(p + 8, h.request_id);
-  put_le(p + 16, h.remote_address);
-  put_le(p + 24, h.rkey);
-  put_le(p + 28, h.length);
-  put_le(p + 32, h.compare_add);
-  put_le(p + 40, h.swap);
-  put_le(p + 48, h.immediate);
-  put_le(p + 52, static_cast<std::uint32_t>(h.status));
-}
-
-std::error_code decode_header(std::span<const std::byte, header_size> bytes, frame_header& out,
-                              std::uint32_t max_payload) noexcept {
+std::error_code decode_control_header(std::span<const std::byte, header_size> bytes, frame_header& out,
+                                      std::uint32_t max_payload) noexcept {
   const std::byte* p = bytes.data();
   const auto version = std::to_integer<std::uint8_t>(p[0]);
   const auto type = std::to_integer<std::uint8_t>(p[1]);
-  // Stream data and messages, nearly every frame of a busy connection: the rules below reduce
-  // to a payload within the limit (data: not empty; a message's: within its length at 28,
-  // empty only for an empty message) and every other field zero.
-  const bool is_data = type == static_cast<std::uint8_t>(frame_type::data);
-  const bool is_message = type == static_cast<std::uint8_t>(frame_type::message);
-  if ((is_data || is_message) && version == protocol_version) {
-    const auto payload_length = get_le<std::uint32_t>(p + 4);
-    const std::uint32_t length = get_le<std::uint32_t>(p + 28);
-    std::uint64_t others =
-        get_le<std::uint16_t>(p + 2) | get_le<std::uint32_t>(p + 24) | (is_data ? length : 0);
-    for (std::size_t at = 8; at < 24; at += 8) others |= get_le<std::uint64_t>(p + at);
-    for (std::size_t at = 32; at < header_size; at += 8) others |= get_le<std::uint64_t>(p + at);
-    const bool sized =
-        is_data ? payload_length != 0 : payload_length <= length && (payload_length != 0 || length == 0);
-    if (others != 0 || !sized || payload_length > max_payload) return errc::malformed_frame;
-    out = frame_header{.version = version,
-                       .type = static_cast<frame_type>(type),
-                       .payload_length = payload_length,
-                       .length = length};  // a data frame's is 0, checked with `others`
-    return {};
-  }
   const auto raw_status = get_le<std::uint32_t>(p + 52);
   if (!known_type(type) || get_le<std::uint16_t>(p + 2) != 0 ||
       raw_status > static_cast<std::uint32_t>(frame_status::protocol_error)) {

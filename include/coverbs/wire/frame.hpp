@@ -8,6 +8,9 @@
 #include <span>
 #include <system_error>
 
+#include "coverbs/detail/little_endian.hpp"
+#include "coverbs/error.hpp"
+
 namespace coverbs::wire {
 
 /// The version this library speaks; it is also the only one `decode_header` accepts outside hello.
@@ -61,13 +64,59 @@ struct frame_header {
   friend constexpr bool operator==(const frame_header&, const frame_header&) = default;
 };
 
-/// Writes `h` little-endian; flags and reserved bytes are written as zero.
-void encode_header(const frame_header& h, std::span<std::byte, header_size> out) noexcept;
+/// Writes `h` little-endian; flags and reserved bytes are written as zero. (Inline, as the
+/// stream-data fast path of `decode_header`: both run for every small write.)
+inline void encode_header(const frame_header& h, std::span<std::byte, header_size> out) noexcept {
+  using detail::put_le;
+  std::byte* p = out.data();
+  p[0] = std::byte{h.version};
+  p[1] = static_cast<std::byte>(h.type);
+  put_le<std::uint16_t>(p + 2, 0);  // flags: none defined in version 1
+  put_le(p + 4, h.payload_length);
+  put_le(p + 8, h.request_id);
+  put_le(p + 16, h.remote_address);
+  put_le(p + 24, h.rkey);
+  put_le(p + 28, h.length);
+  put_le(p + 32, h.compare_add);
+  put_le(p + 40, h.swap);
+  put_le(p + 48, h.immediate);
+  put_le(p + 52, static_cast<std::uint32_t>(h.status));
+}
+
+/// `decode_header` for every frame type but data and message.
+std::error_code decode_control_header(std::span<const std::byte, header_size> bytes, frame_header& out,
+                                      std::uint32_t max_payload) noexcept;
 
 /// Reads and validates a header against every rule of the protocol, with `max_payload` as this
 /// side's payload limit. Violations give `errc::malformed_frame` and leave `out` untouched.
-std::error_code decode_header(std::span<const std::byte, header_size> bytes, frame_header& out,
-                              std::uint32_t max_payload = max_payload_size) noexcept;
+inline std::error_code decode_header(std::span<const std::byte, header_size> bytes, frame_header& out,
+                                     std::uint32_t max_payload = max_payload_size) noexcept {
+  using detail::get_le;
+  const std::byte* p = bytes.data();
+  const auto version = std::to_integer<std::uint8_t>(p[0]);
+  const auto type = std::to_integer<std::uint8_t>(p[1]);
+  // Stream data and messages, nearly every frame of a busy connection: the rules reduce to a
+  // payload within the limit (data: not empty; a message's: within its length at 28, empty
+  // only for an empty message) and every other field zero.
+  const bool is_data = type == static_cast<std::uint8_t>(frame_type::data);
+  const bool is_message = type == static_cast<std::uint8_t>(frame_type::message);
+  if (!(is_data || is_message) || version != protocol_version)
+    return decode_control_header(bytes, out, max_payload);
+  const auto payload_length = get_le<std::uint32_t>(p + 4);
+  const std::uint32_t length = get_le<std::uint32_t>(p + 28);
+  std::uint64_t others =
+      get_le<std::uint16_t>(p + 2) | get_le<std::uint32_t>(p + 24) | (is_data ? length : 0);
+  for (std::size_t at = 8; at < 24; at += 8) others |= get_le<std::uint64_t>(p + at);
+  for (std::size_t at = 32; at < header_size; at += 8) others |= get_le<std::uint64_t>(p + at);
+  const bool sized =
+      is_data ? payload_length != 0 : payload_length <= length && (payload_length != 0 || length == 0);
+  if (others != 0 || !sized || payload_length > max_payload) return make_error_code(errc::malformed_frame);
+  out = frame_header{.version = version,
+                     .type = static_cast<frame_type>(type),
+                     .payload_length = payload_length,
+                     .length = length};  // a data frame's is 0, checked with `others`
+  return {};
+}
 
 /// The code a requester completes with for `s`; empty for `frame_status::ok`.
 std::error_code to_error_code(frame_status s) noexcept;
