@@ -399,12 +399,16 @@ void acceptor_impl::accept_rdma() {
         self->rdma_running_ = false;
         if (self->closed_) return;
         if (ec == asio::error::operation_aborted) {  // stopped: nobody waited
+        } else if (ec == asio::error::no_such_device && self->tcp_) {
+          // The device is gone (rdma_cm's DEVICE_REMOVAL, for good): TCP serves alone from now
+          // on, as where no device was at listen(); the accepts waiting go on waiting for it.
+          self->rdma_.reset();
         } else if (ec) {
           self->listener_failed(ec);
         } else {
           self->request_arrived(std::move(request));
         }
-        if (!self->waiters_.empty() && !self->rdma_running_) self->accept_rdma();
+        if (!self->waiters_.empty() && self->rdma_ && !self->rdma_running_) self->accept_rdma();
       }));
 }
 

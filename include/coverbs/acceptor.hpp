@@ -42,7 +42,9 @@ class rebound_acceptor;
 /// Listens on an address and port and yields connected sockets, like
 /// `boost::asio::ip::tcp::acceptor`. With `transport::automatic` (the default) it listens
 /// with rdma_cm and with TCP on the same port number, so RDMA and TCP clients are served by
-/// one acceptor; `transport::rdma` or `transport::tcp` listen on one only. With
+/// one acceptor; `transport::rdma` or `transport::tcp` listen on one only. Should the RDMA
+/// device go away (rdma_cm's DEVICE_REMOVAL), an automatic acceptor serves TCP alone from then
+/// on, and an RDMA-only one fails its accepts with `no_such_device`. With
 /// `socket_options::max_connections` it keeps at most that many connections open and turns
 /// further clients away at once (they see `connection_refused`) while it goes on serving.
 /// (`acceptor::max_connections`, from `socket_base`, is Asio's old name for SOMAXCONN, not
@@ -160,7 +162,8 @@ class acceptor : public boost::asio::socket_base {
   endpoint_type local_endpoint() const;
   /// As above, with the error in `ec`.
   endpoint_type local_endpoint(error_code& ec) const;
-  /// True when RDMA clients can connect once it listens (an rdma_cm id is bound).
+  /// True when RDMA clients can connect once it listens (an rdma_cm id is bound; false again
+  /// once an automatic acceptor's device has gone).
   bool accepts_rdma() const noexcept;
   /// True when TCP clients can connect once it listens.
   bool accepts_tcp() const noexcept;
