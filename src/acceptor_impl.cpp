@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "coverbs/detail/rethrow_later.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
-#include "rethrow_later.hpp"
 
 namespace coverbs::detail {
 
@@ -310,11 +310,7 @@ void acceptor_impl::listener_failed(error_code ec) {
 // An accept's handler run here, inside the acceptor's work (the next accepts, the listeners)
 // which an exception from it must not cut short.
 void acceptor_impl::complete(accept_handler handler, error_code ec, connection c) {
-  try {
-    std::move(handler)(ec, std::move(c));
-  } catch (...) {
-    rethrow_later(executor_, std::current_exception());
-  }
+  invoke_or_rethrow_later(executor_, std::move(handler), ec, std::move(c));
 }
 
 void acceptor_impl::run_listeners() {

@@ -8,8 +8,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "rethrow_later.hpp"
-
 namespace coverbs::detail {
 
 // A slot among a connection's one-sided operations, given back when the operation's handler
@@ -408,10 +406,6 @@ void stream_core::deliver_failure(error_code ec, bool defer) {
   serve_write(defer);
   serve_send(defer);
   serve_waits(defer);
-}
-
-void stream_core::rethrow_later(std::exception_ptr thrown) const {
-  detail::rethrow_later(executor_, std::move(thrown));
 }
 
 void stream_core::destroy_pending() noexcept {

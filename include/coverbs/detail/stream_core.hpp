@@ -19,6 +19,7 @@
 #include "coverbs/detail/fifo.hpp"
 #include "coverbs/detail/invoke_handler.hpp"
 #include "coverbs/detail/operation_memory.hpp"
+#include "coverbs/detail/rethrow_later.hpp"
 #include "coverbs/detail/shutdown_service.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
@@ -208,15 +209,8 @@ class stream_core : public handler_holder {
       using call = posted_call<std::decay_t<Handler>, Results...>;
       return post_unerased(executor_, call{std::forward<Handler>(handler), {results...}});
     }
-    try {
-      std::forward<Handler>(handler)(results...);
-    } catch (...) {
-      rethrow_later(std::current_exception());
-    }
+    invoke_or_rethrow_later(executor_, std::forward<Handler>(handler), results...);
   }
-  /// Leaves io_context::run with a handler's exception, as Asio lets one do, from a handler
-  /// posted to the stream's executor.
-  void rethrow_later(std::exception_ptr thrown) const;
   /// Whether a user's read, receive, wait for an immediate, or wait to read or for an error
   /// is pending (over TCP both are only seen by reading).
   bool awaiting_input() const noexcept {

@@ -15,4 +15,16 @@ inline void rethrow_later(const boost::asio::any_io_executor& executor, std::exc
   boost::asio::post(executor, [thrown = std::move(thrown)] { std::rethrow_exception(thrown); });
 }
 
+/// Invokes `handler` with `args`, passing what it throws to rethrow_later: the library's work
+/// around the call goes on.
+template <class Handler, class... Args>
+void invoke_or_rethrow_later(const boost::asio::any_io_executor& executor, Handler&& handler,
+                             Args&&... args) {
+  try {
+    std::forward<Handler>(handler)(std::forward<Args>(args)...);
+  } catch (...) {
+    rethrow_later(executor, std::current_exception());
+  }
+}
+
 }  // namespace coverbs::detail
