@@ -76,9 +76,11 @@ struct listening {
   bool carries_a_byte(socket& client) {
     if (!client.is_open() || client.remote_endpoint().port() != endpoint().port()) return false;
     const auto address = client.local_endpoint();
+    // Newest first: an older connection from the same address (its port used again) may not
+    // have seen its end yet.
     const auto accepted = [&]() -> socket* {
-      for (auto& s : served) {
-        if (s.is_open() && s.remote_endpoint() == address) return &s;
+      for (auto s = served.rbegin(); s != served.rend(); ++s) {
+        if (s->is_open() && s->remote_endpoint() == address) return &*s;
       }
       return nullptr;
     };
