@@ -43,9 +43,10 @@ class rebound_acceptor;
 /// `boost::asio::ip::tcp::acceptor`. With `transport::automatic` (the default) it listens
 /// with rdma_cm and with TCP on the same port number, so RDMA and TCP clients are served by
 /// one acceptor; `transport::rdma` or `transport::tcp` listen on one only. Should the RDMA
-/// device go away (rdma_cm's DEVICE_REMOVAL), an automatic acceptor serves TCP alone from then
-/// on, and an RDMA-only one fails its accepts with `no_such_device`. With
-/// `socket_options::max_connections` it keeps at most that many connections open and turns
+/// device of the address it is bound to go away (rdma_cm's DEVICE_REMOVAL, seen by the next
+/// accept), an automatic acceptor serves TCP alone from then on and an RDMA-only one fails its
+/// accepts with `no_such_device`; on the any address rdma_cm goes on through the devices left.
+/// With `socket_options::max_connections` it keeps at most that many connections open and turns
 /// further clients away at once (they see `connection_refused`) while it goes on serving.
 /// (`acceptor::max_connections`, from `socket_base`, is Asio's old name for SOMAXCONN, not
 /// this limit.)

@@ -83,7 +83,8 @@ inline void encode_header(const frame_header& h, std::span<std::byte, header_siz
   put_le(p + 52, static_cast<std::uint32_t>(h.status));
 }
 
-/// `decode_header` for every frame type but data and message.
+/// `decode_header` for every header but a version-1 data or message frame's (the inline fast
+/// path), with the same rules.
 std::error_code decode_control_header(std::span<const std::byte, header_size> bytes, frame_header& out,
                                       std::uint32_t max_payload) noexcept;
 
