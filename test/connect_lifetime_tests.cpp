@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "connected_pair.hpp"
+#include "stream_tests.hpp"
 
 namespace coverbs::test {
 namespace {
@@ -89,15 +90,7 @@ struct listening {
          !peer && std::chrono::steady_clock::now() < deadline; peer = accepted()) {
       io.run_one_for(patience);
     }
-    if (!peer) return false;
-    const char sent = 'x';
-    char got = 0;
-    std::optional<error_code> written, read;
-    asio::async_write(client, asio::buffer(&sent, 1), [&](error_code ec, std::size_t) { written = ec; });
-    asio::async_read(*peer, asio::buffer(&got, 1), [&](error_code ec, std::size_t) { read = ec; });
-    finish(io, written);
-    finish(io, read);
-    return !*written && !*read && got == sent;
+    return peer != nullptr && test::carries_a_byte(io, client, *peer);
   }
 
   asio::io_context& io;

@@ -20,17 +20,6 @@ error_code connect_within(asio::io_context& io, socket& client, const acceptor& 
   return connected.ec;
 }
 
-/// One byte from `from` arrives at `to`.
-inline bool carries_a_byte(asio::io_context& io, socket& from, socket& to, std::chrono::seconds limit) {
-  outcome wrote, read;
-  char in = 0;
-  from.async_write_some(asio::buffer("x", 1), record(wrote));
-  to.async_read_some(asio::buffer(&in, 1), record(read));
-  run_until_done(
-      io, [&] { return wrote.done && read.done; }, limit);
-  return !wrote.ec && !read.ec && in == 'x';
-}
-
 void connection_limit(transport kind, std::chrono::seconds limit) {
   asio::io_context io;
   socket_options options{.kind = kind, .max_connections = 2};

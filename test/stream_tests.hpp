@@ -75,6 +75,21 @@ void run_until(asio::io_context& io, Predicate done, std::chrono::seconds limit 
   while (!done() && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
 }
 
+/// Whether a byte `a` writes reaches `b`: checks that a connection carries data, not only that
+/// its sockets are open.
+template <class Stream>
+bool carries_a_byte(asio::io_context& io, Stream& a, Stream& b,
+                    std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const char sent = 'x';
+  char got = 0;
+  std::optional<error_code> written, read;
+  asio::async_write(a, asio::buffer(&sent, 1), [&](error_code ec, std::size_t) { written = ec; });
+  asio::async_read(b, asio::buffer(&got, 1), [&](error_code ec, std::size_t) { read = ec; });
+  run_until(
+      io, [&] { return written && read; }, limit);
+  return written && read && !*written && !*read && got == sent;
+}
+
 inline std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<std::byte> v(n);

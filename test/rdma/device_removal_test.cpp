@@ -30,17 +30,6 @@ void remove_device() {
   BOOST_REQUIRE(std::system(command.c_str()) == 0);
 }
 
-/// `a` writes a byte that `b` reads.
-bool carries_a_byte(asio::io_context& io, coverbs::socket& a, coverbs::socket& b) {
-  const char sent = 'x';
-  char got = 0;
-  std::optional<error_code> written, read;
-  asio::async_write(a, asio::buffer(&sent, 1), [&](error_code ec, std::size_t) { written = ec; });
-  asio::async_read(b, asio::buffer(&got, 1), [&](error_code ec, std::size_t) { read = ec; });
-  test::run_until(io, [&] { return written && read; });
-  return written && read && !*written && !*read && got == sent;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_removed_device_leaves_the_acceptor_to_tcp) {
@@ -67,7 +56,7 @@ BOOST_AUTO_TEST_CASE(a_removed_device_leaves_the_acceptor_to_tcp) {
   test::run_until(io, [&] { return connected && served; });
   BOOST_REQUIRE(connected && served && !*connected);
   BOOST_REQUIRE((served->transport_in_use() == transport::rdma));
-  BOOST_REQUIRE(carries_a_byte(io, client, *served));
+  BOOST_REQUIRE(test::carries_a_byte(io, client, *served));
   char byte = 0;
   std::optional<error_code> client_read, served_read;
   client.async_read_some(asio::buffer(&byte, 1), [&](error_code ec, std::size_t) { client_read = ec; });
@@ -111,7 +100,7 @@ BOOST_AUTO_TEST_CASE(a_removed_device_leaves_the_acceptor_to_tcp) {
   BOOST_TEST(!*connected, connected->message());
   BOOST_TEST(!*accepted, accepted->message());
   BOOST_REQUIRE(tcp_served.has_value());
-  BOOST_TEST(carries_a_byte(io, tcp_client, *tcp_served));
+  BOOST_TEST(test::carries_a_byte(io, tcp_client, *tcp_served));
 
   coverbs::socket automatic_client(io);
   std::optional<coverbs::socket> automatic_served;
@@ -125,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_removed_device_leaves_the_acceptor_to_tcp) {
   BOOST_REQUIRE(connected && automatic_served);
   BOOST_TEST(!*connected, connected->message());
   BOOST_TEST((automatic_client.transport_in_use() == transport::tcp));
-  BOOST_TEST(carries_a_byte(io, automatic_client, *automatic_served));
+  BOOST_TEST(test::carries_a_byte(io, automatic_client, *automatic_served));
 
   BOOST_TEST(!accepted_on_any.has_value(), "the accept on the any address waits on");
   BOOST_TEST(on_any_address.accepts_rdma());
@@ -137,5 +126,5 @@ BOOST_AUTO_TEST_CASE(a_removed_device_leaves_the_acceptor_to_tcp) {
   BOOST_REQUIRE(connected && accepted_on_any && served_on_any);
   BOOST_TEST(!*connected, connected->message());
   BOOST_TEST(!*accepted_on_any, accepted_on_any->message());
-  BOOST_TEST(carries_a_byte(io, any_client, *served_on_any));
+  BOOST_TEST(test::carries_a_byte(io, any_client, *served_on_any));
 }
