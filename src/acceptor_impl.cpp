@@ -345,8 +345,9 @@ void acceptor_impl::accept_tcp() {
       s.close(ignored);
     }
     // arrived() may have run a waiter that asked for the next connection and so re-armed
-    // the listener already; a second accept would stay queued for ever, one more each time.
-    if (!self->waiters_.empty() && !self->tcp_running_) self->accept_tcp();
+    // the listener already; a second accept would stay queued for ever, one more each time:
+    // run_listeners arms only those not running.
+    if (!self->waiters_.empty()) self->run_listeners();
   });
 }
 
@@ -404,7 +405,7 @@ void acceptor_impl::accept_rdma() {
         } else {
           self->request_arrived(std::move(request));
         }
-        if (!self->waiters_.empty() && self->rdma_ && !self->rdma_running_) self->accept_rdma();
+        if (!self->waiters_.empty()) self->run_listeners();  // as accept_tcp's
       }));
 }
 

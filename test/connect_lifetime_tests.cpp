@@ -34,8 +34,7 @@ bool run_handlers(asio::io_context& io, int turns, const std::optional<error_cod
 
 /// Runs the context until `result` arrives.
 void finish(asio::io_context& io, const std::optional<error_code>& result) {
-  while (!result && io.run_one_for(patience) > 0) {
-  }
+  run_until(io, [&] { return result.has_value(); });
   BOOST_REQUIRE(result.has_value());
 }
 
