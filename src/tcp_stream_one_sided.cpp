@@ -48,16 +48,20 @@ void tcp_stream::answer_write(error_code ec) {
   if (h.type == frame_type::write_with_immediate) deliver_immediate(h.immediate);
 }
 
+// A request asks for the rest of its read (`length`), which is checked whole, as a device
+// checks a READ's whole length before it sends any of it; the response carries one frame's
+// part of it, so a read that runs past its region fails before any part of it lands.
 void tcp_stream::answer_read() {
   const wire::frame_header& h = header_;
   std::byte* at = nullptr;
   const error_code ec = regions_.read_source(h.rkey, h.remote_address, h.length, at);
-  const std::size_t n = ec ? 0 : h.length;
+  const std::uint32_t part = wire::chunk_size(h.length, 0, limit_);
+  const std::size_t n = ec ? 0 : part;
   const_buffer_list payload(boost::asio::buffer(at, n));
   send_copied({.type = frame_type::read_response,
                .payload_length = static_cast<std::uint32_t>(n),
                .request_id = h.request_id,
-               .length = h.length,
+               .length = part,
                .status = wire::to_status(ec)},
               payload, true);
   if (ec) refuse(ec);
@@ -203,9 +207,9 @@ wire::frame_header tcp_stream::request_header(const one_sided_op& op, std::uint6
   wire::frame_header h{
       .request_id = next_request_id_++, .remote_address = r.remote.address + offset, .rkey = r.remote.rkey};
   switch (r.op) {
-    case kind::read:
+    case kind::read:  // the rest of the read, which the peer checks whole and answers a part of
       h.type = frame_type::read_request;
-      h.length = part_length(op, op.sent);
+      h.length = static_cast<std::uint32_t>(r.local.size - offset);
       break;
     case kind::write:
     case kind::write_with_immediate: {

@@ -455,6 +455,7 @@ inline void message_beside_endless_operations(asio::io_context& io, socket& a, s
 enum class violation {
   wrong_rkey,
   write_past_the_end,
+  read_past_the_end_in_parts,  ///< a read longer than one TCP frame whose first part is in bounds
   read_before_the_start,
   write_without_remote_write,
   read_without_remote_read,
@@ -473,6 +474,11 @@ inline verbs::access rights_for(violation v) {
   }
 }
 
+/// The violated region's size: a read in parts needs more than one TCP frame (1 MiB).
+inline std::size_t target_size(violation v) {
+  return v == violation::read_past_the_end_in_parts ? std::size_t{2} << 20 : 4096;
+}
+
 inline void start_violation(violation v, socket& a, const local_memory& local, guarded_region& target,
                             outcome& result) {
   switch (v) {
@@ -486,6 +492,12 @@ inline void start_violation(violation v, socket& a, const local_memory& local, g
       remote_buffer beyond = target.remote(2048, 2048);
       beyond.length = 8192;
       return a.async_write(local.slice(0, 8192), beyond, record(result));
+    }
+    case violation::read_past_the_end_in_parts: {
+      // A device checks the whole length before it answers any of it: no part may arrive.
+      remote_buffer beyond = target.remote(std::size_t{1} << 20, std::size_t{1} << 20);
+      beyond.length = std::uint32_t{2} << 20;
+      return a.async_read(local.slice(0, std::size_t{2} << 20), beyond, record(result));
     }
     case violation::read_before_the_start: {
       remote_buffer before = target.remote();
@@ -515,9 +527,9 @@ inline void start_violation(violation v, socket& a, const local_memory& local, g
 /// then fails on both sides as both RC queue pairs go to the error state: the operation behind
 /// it and later ones are flushed, streams end, and the peer's own operations are flushed too.
 inline void refused_operation_fails_the_connection(asio::io_context& io, socket& a, socket& b, violation v) {
-  guarded_region target(b, 4096, rights_for(v));
+  guarded_region target(b, target_size(v), rights_for(v));
   guarded_region spare_at_b(b, 4096, all_remote_rights), spare_at_a(a, 4096, all_remote_rights);
-  local_memory local(a, 8192), local_b(b, 64);
+  local_memory local(a, 2 * target_size(v)), local_b(b, 64);
   std::array<char, 8> buf_a{}, buf_b{};
   outcome b_read, refused, behind;
   b.async_read_some(asio::buffer(buf_b), record(b_read));  // waits for stream bytes throughout
@@ -1012,6 +1024,7 @@ inline void local_failure_ends_the_peers_reads(asio::io_context& io, socket& a, 
   }                                                                                                \
   COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                                      \
   COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                                              \
+  COVERBS_ONE_SIDED_REFUSED(Pair, read_past_the_end_in_parts)                                      \
   COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                                           \
   COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                                      \
   COVERBS_ONE_SIDED_REFUSED(Pair, read_without_remote_read)                                        \

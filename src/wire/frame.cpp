@@ -51,7 +51,7 @@ bool unused_fields_zero(const frame_header& h) noexcept {
 }
 
 // Payload and per-type rules, given that unused fields are already known to be zero.
-bool consistent(const frame_header& h, std::uint32_t max_payload) noexcept {
+bool consistent(const frame_header& h) noexcept {
   const std::uint32_t n = h.payload_length;
   const bool failed = h.status != frame_status::ok;
   switch (h.type) {
@@ -60,7 +60,7 @@ bool consistent(const frame_header& h, std::uint32_t max_payload) noexcept {
     case frame_type::message:
     case frame_type::write: return n <= h.length && (n != 0 || h.length == 0);
     case frame_type::write_with_immediate: return n == h.length;
-    case frame_type::read_request: return n == 0 && h.length <= max_payload;
+    case frame_type::read_request: return n == 0;
     case frame_type::read_response: return failed ? n == 0 : n == h.length;
     case frame_type::atomic_response: return n == 0 && (!failed || h.compare_add == 0);
     case frame_type::atomic_fetch_add:
@@ -97,7 +97,7 @@ std::error_code decode_control_header(std::span<const std::byte, header_size> by
                        get_le<std::uint64_t>(p + 40),
                        get_le<std::uint32_t>(p + 48),
                        static_cast<frame_status>(raw_status)};
-  if (h.payload_length > max_payload || !unused_fields_zero(h) || !consistent(h, max_payload) ||
+  if (h.payload_length > max_payload || !unused_fields_zero(h) || !consistent(h) ||
       (h.status == frame_status::protocol_error && h.type != frame_type::close)) {
     return errc::malformed_frame;
   }

@@ -17,7 +17,7 @@ namespace coverbs::wire {
 inline constexpr std::uint8_t protocol_version = 1;
 /// Size of every encoded header in bytes.
 inline constexpr std::size_t header_size = 56;
-/// The largest payload of one frame, and of one read_request; longer operations are split.
+/// The largest payload of one frame; longer operations are split.
 inline constexpr std::uint32_t max_payload_size = 1u << 20;
 /// The smallest payload limit a peer may announce in hello.
 inline constexpr std::uint32_t min_payload_limit = 4096;
@@ -29,8 +29,8 @@ enum class frame_type : std::uint8_t {
   message = 3,               ///< all or part of one async_send
   write = 4,                 ///< all or part of an RDMA WRITE
   write_with_immediate = 5,  ///< the last part of an RDMA WRITE with immediate
-  read_request = 6,          ///< an RDMA READ of up to max_payload_size bytes
-  read_response = 7,         ///< the bytes a read_request asked for, or its failure
+  read_request = 6,          ///< the rest of an RDMA READ, answered a frame's part at a time
+  read_response = 7,         ///< one part of what a read_request asked for, or its failure
   atomic_fetch_add = 8,      ///< 64-bit fetch-and-add
   atomic_compare_swap = 9,   ///< 64-bit compare-and-swap
   atomic_response = 10,      ///< the previous value of an atomic, or its failure
