@@ -776,8 +776,12 @@ void tcp_stream::close() {
   // bytes of writes that completed here, and see a frame end early (a reset, not an eof). Not
   // while one-sided operations of this side's are outstanding, as over RDMA: closing flushes
   // them, and their request frames must not reach the peer after that (nor its answers arrive
-  // unread, which would make the kernel reset the connection).
-  lingering_ = !broken_ && writing_ && close_timeout_.count() > 0 &&
+  // unread, which would make the kernel reset the connection). A connection that failed here
+  // lingers too while it owes the peer its failing close (a refused request, a malformed
+  // frame): the answers queued before it and the reason go out, as a device's NAK does
+  // whatever its application does; its own operations are flushed already.
+  const bool owes_the_peer = broken_ && failure_sent_;
+  lingering_ = (!broken_ || owes_the_peer) && writing_ && close_timeout_.count() > 0 &&
                std::all_of(operations_.begin(), operations_.end(),
                            [](const one_sided_op& op) { return op.withdrawn; });
   closed_ = true;

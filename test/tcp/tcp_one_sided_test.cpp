@@ -571,6 +571,49 @@ BOOST_AUTO_TEST_CASE(a_read_request_is_checked_whole_and_answered_a_part) {
   run_until_done(p.io, [&] { return read.done; });
 }
 
+// A responder whose application closes its socket as the refusal fails the connection (in the
+// handler of a read that the failure ends) still sends what it owes: the answers queued before
+// the refusal, the refusal, and the failing close, as a device's NAK goes out whatever its
+// application does. The answers are more than the socket takes at once, so they are queued.
+BOOST_AUTO_TEST_CASE(a_refusal_reaches_the_peer_when_the_responder_closes_at_once) {
+  raw_peer p;
+  p.a.set_option(asio::socket_base::send_buffer_size(4096));
+  constexpr std::uint32_t size = 1u << 20;
+  std::vector<std::byte> memory = test::random_bytes(size, 6);
+  auto region = p.a.register_memory(memory, verbs::access::remote_read);
+  const remote_buffer r = region.remote();
+  std::array<char, 8> buf{};
+  std::optional<error_code> ended;
+  p.a.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t) {
+    ended = ec;
+    p.a.close();
+  });
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    p.send({.type = frame_type::read_request,
+            .request_id = id,
+            .remote_address = r.address,
+            .rkey = r.rkey,
+            .length = size});
+  }
+  p.send({.type = frame_type::read_request,
+          .request_id = 3,
+          .remote_address = r.address,
+          .rkey = r.rkey + 1,
+          .length = 8});
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    const frame answer = p.receive();
+    BOOST_TEST_REQUIRE((answer.h.type == frame_type::read_response && answer.h.request_id == id));
+    BOOST_TEST((answer.h.status == frame_status::ok));
+    BOOST_TEST((answer.payload == memory));
+  }
+  const frame refused = p.receive();
+  BOOST_TEST((refused.h.type == frame_type::read_response && refused.h.request_id == 3u));
+  BOOST_TEST((refused.h.status == frame_status::remote_access));
+  const frame close = p.receive();
+  BOOST_TEST((close.h.type == frame_type::close && close.h.status == frame_status::remote_access));
+  BOOST_TEST((ended && *ended == asio::error::eof));
+}
+
 // The peer's hello sets the frame size: with 4 KiB frames a 3 MiB write takes 768 request
 // frames, of which at most max_unanswered are unanswered at a time.
 BOOST_AUTO_TEST_CASE(operations_split_at_the_peers_limit) {
