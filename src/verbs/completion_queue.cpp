@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 
+#include <cerrno>
+
 #include "coverbs/detail/throw_error.hpp"
 
 namespace coverbs::verbs {
@@ -23,7 +25,8 @@ completion_queue::completion_queue(const device& dev, int entries, completion_ch
 
 std::size_t completion_queue::poll(std::span<ibv_wc> out) {
   const int n = ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), out.data());
-  if (n < 0) detail::throw_errno("ibv_poll_cq", -n);
+  // A negative count is no errno (mlx5 gives -1 or -2): the CQ failed, which is an I/O error.
+  if (n < 0) detail::throw_errno("ibv_poll_cq", EIO);
   return static_cast<std::size_t>(n);
 }
 
