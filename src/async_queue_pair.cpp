@@ -55,18 +55,22 @@ async_queue_pair::~async_queue_pair() {
     receive_->abort_all();
     return;
   }
-  if (in_flight() > 0) {
+  const ibv_qp* native = qp_.native_handle();
+  ibv_srq* const srq = native != nullptr ? native->srq : nullptr;
+  // Receives this QP took from its SRQ are the SRQ's queue's, so in_flight() does not count
+  // them, and some devices (mlx5) remove a QP's completions from the CQ as it is reset or
+  // destroyed: one that took a message and was not polled yet would never end. In error, the
+  // QP also flushes those it holds part of a message for; what the CQ then holds is polled.
+  if (in_flight() > 0 || srq != nullptr) {
     close();
     engine_->drain_until([this] { return in_flight() == 0; }, engine_->options.flush_timeout);
+    if (srq != nullptr) engine_->drain_until_quiet([] { return false; }, std::chrono::milliseconds(100));
   }
   send_->abort_waiting();
   receive_->abort_waiting();
-  if (in_flight() > 0) discard_late_requests();
+  if (in_flight() > 0) discard_late_requests();  // which may destroy the QP
   // An SRQ destroyed while this QP used it waited for it (ibv_destroy_srq refused).
-  const ibv_qp* native = qp_.native_handle();
-  if (ibv_srq* srq = native != nullptr ? native->srq : nullptr; srq != nullptr && !qp_.adopted()) {
-    if (qp_.destroy()) engine_->qp_left_srq(srq);
-  }
+  if (srq != nullptr && !qp_.adopted() && qp_.destroy()) engine_->qp_left_srq(srq);
 }
 
 void async_queue_pair::discard_late_requests() noexcept {

@@ -303,12 +303,8 @@ void posting_queue::requests_discarded() noexcept {
   // Completions the device made before it discarded the rest may still be in the CQ: polled
   // first, they complete their requests with their results, and a request aborted below is
   // never polled.
-  std::size_t polled = ~std::size_t{0};
-  engine_->drain_until(
-      [&] {
-        return in_flight_ == 0 || std::exchange(polled, engine_->completions_) == engine_->completions_;
-      },
-      std::chrono::milliseconds(100));  // what is there; another queue's may keep coming
+  engine_->drain_until_quiet([&] { return in_flight_ == 0; },
+                             std::chrono::milliseconds(100));  // another queue's may keep coming
   abort_all();
 }
 

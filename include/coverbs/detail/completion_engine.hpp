@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "coverbs/completion_service.hpp"
 #include "coverbs/detail/operation.hpp"
@@ -33,6 +34,13 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// with deferred handlers. Used when a queue pair is destroyed with requests in flight.
   template <class Predicate>
   void drain_until(Predicate done, std::chrono::milliseconds timeout);
+  /// As drain_until, ending too at the first pass that finds nothing new: what the CQ holds
+  /// now, where no count says how much more may come.
+  template <class Predicate>
+  void drain_until_quiet(Predicate done, std::chrono::milliseconds timeout) {
+    std::size_t polled = ~std::size_t{0};
+    drain_until([&] { return done() || std::exchange(polled, completions_) == completions_; }, timeout);
+  }
   /// With nothing outstanding, ends the loop's wait, which would keep io_context::run from
   /// returning (after drain_until took the last completions; work_abandoned's rule).
   void idle_if_done() noexcept;
