@@ -450,6 +450,10 @@ void completion_engine::destroy_handlers() noexcept {
   // by a queue): its Asio objects go now, while the services they were made with exist.
   watch_timer_.reset();
   descriptor_.reset();
+  // Nothing polls from now on, and the handlers go, with the buffers that some of them own: the
+  // device must not write into those afterwards (a receive still posted would). Each QP is
+  // reset once per queue of its, which does no harm.
+  for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->discard_at_shutdown();
   // One operation at a time, the queues looked up afresh: destroying a handler may destroy
   // queue pairs, whose queues then destroy their own operations and detach.
   for (;;) {

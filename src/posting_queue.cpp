@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "coverbs/verbs/queue_pair.hpp"
 #include "device_ordering.hpp"
 
 namespace coverbs::detail {
@@ -306,6 +307,14 @@ void posting_queue::requests_discarded() noexcept {
   engine_->drain_until_quiet([&] { return in_flight_ == 0; },
                              std::chrono::milliseconds(100));  // another queue's may keep coming
   abort_all();
+}
+
+void posting_queue::discard_at_shutdown() noexcept {
+  // An SRQ cannot be reset, but the QPs that take its receives can: theirs are attached too
+  // (an SRQ serves only QPs of its own service). A QP with nothing posted is reset all the
+  // same: it may take an SRQ's receives. An orphan's QP may be gone.
+  if (kind_ == kind::shared_receive || orphaned_) return;
+  verbs::discard_posted(static_cast<ibv_qp*>(native_));
 }
 
 void posting_queue::abort_all() noexcept {

@@ -18,6 +18,12 @@ std::uint32_t random_psn() {
   return engine() & 0xffffffu;  // PSNs are 24 bits
 }
 
+void move_to_error(ibv_qp* qp) noexcept {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+}
+
 }  // namespace
 
 queue_pair::queue_pair(const protection_domain& pd,
@@ -115,25 +121,27 @@ void queue_pair::connect(const queue_pair_address& peer, const connect_options& 
 }
 
 void queue_pair::to_error() noexcept {
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE);
+  move_to_error(qp_.get());
 }
 
 bool queue_pair::discard_posted() noexcept {
+  return verbs::discard_posted(qp_.get());
+}
+
+bool discard_posted(ibv_qp* qp) noexcept {
   constexpr int init_mask = IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS;
   ibv_qp_attr was{};
   ibv_qp_init_attr created{};
-  const bool known = ibv_query_qp(qp_.get(), &was, init_mask, &created) == 0;
+  const bool known = ibv_query_qp(qp, &was, init_mask, &created) == 0;
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
-  if (ibv_modify_qp(qp_.get(), &reset, IBV_QP_STATE) != 0) return false;
+  if (ibv_modify_qp(qp, &reset, IBV_QP_STATE) != 0) return false;
   ibv_qp_attr init{};
   init.qp_state = IBV_QPS_INIT;
   init.port_num = was.port_num;
   init.pkey_index = was.pkey_index;
   init.qp_access_flags = was.qp_access_flags;
-  if (known && ibv_modify_qp(qp_.get(), &init, IBV_QP_STATE | init_mask) == 0) to_error();
+  if (known && ibv_modify_qp(qp, &init, IBV_QP_STATE | init_mask) == 0) move_to_error(qp);
   return true;  // discarded, even where the QP stays in RESET
 }
 

@@ -468,4 +468,33 @@ BOOST_AUTO_TEST_CASE(receives_left_to_a_service_go_with_its_context) {
   BOOST_TEST(stage.results.probe.expired());
 }
 
+// The context goes with a receive posted: its handler is destroyed, never run, as Asio's are,
+// and the device must not write into its buffer afterwards, which the application may use for
+// something else by then. The sender has a context of its own, which goes on.
+BOOST_AUTO_TEST_CASE(a_context_destroyed_with_a_receive_posted_leaves_its_buffer_alone) {
+  coverbs::test::rdma_env env;
+  verbs::protection_domain pd(env.dev);
+  std::vector<std::byte> mem(4096, std::byte{0x5a});
+  verbs::memory_region mr(pd, mem, verbs::access::local_write);
+  std::memcpy(mem.data() + 2048, "late", 4);
+  asio::io_context sender_io;
+  completion_service sender_service(sender_io.get_executor(), env.dev);
+  async_queue_pair sender(sender_service, pd);
+  std::optional<asio::io_context> io(std::in_place);
+  completion_service service(io->get_executor(), env.dev);
+  async_queue_pair receiver(service, pd);
+  sender.connect(receiver.address(env.gid), {.local_gid = env.gid});
+  receiver.connect(sender.address(env.gid), {.local_gid = env.gid});
+  bool ran = false;
+  async_receive(receiver, mr.slice(0, 64), [&](error_code, std::size_t) { ran = true; });
+  io.reset();  // shut down: the receive's handler is destroyed with the receive still posted
+  BOOST_TEST(!ran);
+  std::optional<error_code> sent;
+  async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = ec; });
+  // Over a working connection the message lands within milliseconds.
+  sender_io.run_for(std::chrono::milliseconds(500));
+  BOOST_TEST(std::all_of(mem.begin(), mem.begin() + 64, [](std::byte b) { return b == std::byte{0x5a}; }));
+  BOOST_TEST(!(sent && !*sent));  // not delivered: the receiver's QP holds no receive
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -81,6 +81,10 @@ class posting_queue {
   /// reset QP's), the rest (and what waits) ends with operation_aborted, their buffers the
   /// callers' again.
   void requests_discarded() noexcept;
+  /// The execution context shuts down, destroying the handlers: a QP's queue that its owner
+  /// still holds (not orphaned) has the QP discard what it holds (verbs::discard_posted), so
+  /// that the device writes no more into buffers whose operations are gone.
+  void discard_at_shutdown() noexcept;
   /// Ends every request still here with operation_aborted (destroys them where the engine is
   /// abandoned): for a queue whose requests can complete no more.
   void abort_all() noexcept;

@@ -102,4 +102,8 @@ class queue_pair {
   std::uint8_t port_ = 1;
 };
 
+/// queue_pair::discard_posted for a QP known by its handle (a queue of the completion service's
+/// whose owner it does not hold).
+bool discard_posted(ibv_qp* qp) noexcept;
+
 }  // namespace coverbs::verbs
