@@ -220,8 +220,11 @@ std::size_t stream_core::available() const noexcept {
   return total - front_offset_;
 }
 
+// A message goes whole, so one gathered from (or scattered into) more buffers than a list holds
+// is refused rather than cut short.
 void stream_core::receive_message(const mutable_buffer_list& buffers, size_handler handler) {
   if (receive_) return complete(handler, error::in_progress, 0, true);
+  if (buffers.truncated()) return complete(handler, error::invalid_argument, 0, true);
   receive_.emplace(buffers, std::move(handler));
   watch(*receive_, op::receive);
   serve_receive(true);
@@ -254,6 +257,7 @@ bool stream_core::transmit_now(const_buffer_list& buffers, bool message, std::si
   // Below min_direct_bytes neither transport's transmit_direct takes the bytes; errors, an
   // empty write and a message too large are left to write_some and send_message.
   if (message ? send_.has_value() : write_.has_value()) return false;  // refused as in progress
+  if (message && buffers.truncated()) return false;                    // refused by send_message
   payload_started(message);
   if (sending_refusal() || size >= min_direct_bytes) return false;
   if (!message) return size > 0 && (n = transmit(buffers, false)) > 0;
@@ -297,6 +301,7 @@ void stream_core::direct_done(bool message, error_code ec) {
 
 void stream_core::send_message(const const_buffer_list& buffers, size_handler handler) {
   if (send_) return complete(handler, error::in_progress, 0, true);
+  if (buffers.truncated()) return complete(handler, error::invalid_argument, 0, true);  // see above
   if (buffers.bytes() > max_message_size()) return complete(handler, error::message_size, 0, true);
   send_.emplace(buffers, std::move(handler));
   watch(*send_, op::send);

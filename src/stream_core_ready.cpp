@@ -77,6 +77,8 @@ std::size_t stream_core::receive_now(const mutable_buffer_list& buffers, error_c
   ec = {};
   if (receive_) {
     ec = error::in_progress;
+  } else if (buffers.truncated()) {
+    ec = error::invalid_argument;  // as async_receive's
   } else if (messages_.empty()) {
     ec = end_of_stream_ || failure_ ? read_error() : error_code(error::would_block);
     if (ec == error::would_block) want_input();
@@ -98,6 +100,7 @@ std::size_t stream_core::write_now(const_buffer_list buffers, bool message, erro
   // Writing no bytes to a stream does nothing, as on a TCP socket, even shut down or failed.
   if (!message && size == 0 && !pending) return ec = {}, 0;
   ec = pending ? error_code(error::in_progress) : sending_refusal();
+  if (!ec && message && buffers.truncated()) ec = error::invalid_argument;  // as async_send's
   if (!ec && message && size > max_message_size()) ec = error::message_size;
   if (ec) return 0;
   // It starts now: after the one-sided requests started before it, as an asynchronous one

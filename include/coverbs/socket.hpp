@@ -486,7 +486,8 @@ class socket : public boost::asio::socket_base {
   }
   /// Sends `buffers` as one message, which the peer's `async_receive` gets whole (unlike
   /// tcp::socket's alias of write_some). At most the peer's `buffer_size` over RDMA, this
-  /// socket's own over TCP (1 MiB at most); longer ones fail with `message_size`. See
+  /// socket's own over TCP (1 MiB at most); longer ones fail with `message_size`, and one
+  /// gathered from more than 16 non-empty buffers with `invalid_argument`. See
   /// `socket_options::zero_copy_messages` for large messages from registered memory.
   template <class ConstBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_send(const ConstBufferSequence& buffers,
@@ -502,7 +503,7 @@ class socket : public boost::asio::socket_base {
         std::forward<CompletionToken>(token));
   }
   /// Receives the next whole message. A buffer too small for it gives `message_size` and the
-  /// message stays queued for a larger one.
+  /// message stays queued for a larger one; more than 16 non-empty buffers, `invalid_argument`.
   template <class MutableBufferSequence, class CompletionToken = detail::default_socket_token>
   auto async_receive(const MutableBufferSequence& buffers,
                      CompletionToken&& token = detail::default_socket_token()) {

@@ -50,14 +50,17 @@ class buffer_list {
   static constexpr std::size_t capacity = 16;
 
   /// Takes at most `capacity` buffers of `sequence`, skipping empty ones; a *_some operation
-  /// may move fewer bytes than offered, so the rest of a longer sequence can wait.
+  /// may move fewer bytes than offered, so the rest of a longer sequence can wait (a message
+  /// cannot: see truncated).
   template <class Sequence>
   explicit buffer_list(const Sequence& sequence) {
-    for (auto it = boost::asio::buffer_sequence_begin(sequence);
-         it != boost::asio::buffer_sequence_end(sequence) && count_ < capacity; ++it) {
+    auto it = boost::asio::buffer_sequence_begin(sequence);
+    const auto end = boost::asio::buffer_sequence_end(sequence);
+    for (; it != end && count_ < capacity; ++it) {
       Buffer b(*it);
       if (b.size() > 0) buffers_.set(count_++, b);
     }
+    for (; it != end && !truncated_; ++it) truncated_ = Buffer(*it).size() > 0;
   }
   buffer_list() = default;
   /// Copies only the buffers still held.
@@ -68,8 +71,12 @@ class buffer_list {
     for (std::size_t i = from; i < to; ++i) buffers_.set(i - from, other.buffers_[i]);
     count_ = to - from;
     first_ = 0;
+    truncated_ = other.truncated_;
     return *this;
   }
+  /// Whether the sequence held more than `capacity` non-empty buffers, so that the list holds
+  /// only part of it.
+  bool truncated() const noexcept { return truncated_; }
 
   std::size_t bytes() const noexcept {
     std::size_t total = 0;
@@ -144,6 +151,7 @@ class buffer_list {
   buffer_storage<Buffer, capacity> buffers_;
   std::size_t count_ = 0;
   std::size_t first_ = 0;
+  bool truncated_ = false;
 };
 
 using const_buffer_list = buffer_list<boost::asio::const_buffer>;
