@@ -2,13 +2,13 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/error.hpp>
 #include <limits>
 
 namespace coverbs::detail {
-
 namespace error = boost::asio::error;
 constexpr std::uint32_t no_buffer = ~0u;
 
@@ -21,6 +21,12 @@ struct buffer_request {
   using allocator_type = operation_allocator<void>;
   allocator_type get_allocator() const noexcept { return self->allocator(); }
 };
+
+// Whether a write with immediate still waits for a credit (withdrawn ones are passed over).
+template <class Waiting>
+bool immediates_waiting(const Waiting& waiting) noexcept {
+  return std::any_of(waiting.begin(), waiting.end(), [](const auto& w) { return bool(w.handler); });
+}
 }  // namespace
 
 struct rdma_stream::receive_done : buffer_request {
@@ -274,6 +280,9 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     return release(index);
   }
   credits_ += r.imm & stream_imm::credits_mask;
+  // Writes with immediate that waited for credits take them first: a handler run below may
+  // send, and what it sends was started after them (as the FIN, which waits for them).
+  start_waiting_immediates();
   const segment s{receive_memory_.get() + std::size_t{index} * local_.buffer_size, r.bytes, index};
   if ((r.imm & stream_imm::message_bit) != 0) {
     deliver_message(s);
@@ -284,7 +293,6 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
   }
   if ((r.imm & stream_imm::fin_bit) != 0) deliver_end_of_stream();
   send_control_messages();
-  start_waiting_immediates();
   capacity_available();
 }
 
@@ -417,6 +425,10 @@ void rdma_stream::withdraw_immediate(std::uint64_t number) {
   // handler is touched afterwards.
   handler.clear_cancellation_slot();
   hand_over(std::move(handler), true, error_code(error::operation_aborted), std::size_t{0});
+  // The FIN may have waited for it: outside the canceller's call, which posts nothing itself.
+  if (fin_wanted_ && !fin_sent_) {
+    boost::asio::post(get_executor(), [self = shared_from_this()] { self->send_control_messages(); });
+  }
 }
 
 // Stream operations see `ec`; writes with immediate still waiting for a credit end as the
@@ -532,8 +544,11 @@ void rdma_stream::end_after_close() {
   }
 }
 
+// The end of the stream comes after everything started before it, writes with immediate that
+// wait for a credit included (the TCP transport's close frame waits for its requests likewise);
+// a control message needs no credit, so it would overtake them.
 void rdma_stream::send_fin() {
-  if (!fin_wanted_ || fin_sent_ || control_credits_ < 1) return;
+  if (!fin_wanted_ || fin_sent_ || control_credits_ < 1 || immediates_waiting(waiting_immediates_)) return;
   fin_sent_ = true;
   post_send(no_buffer, {}, stream_imm::fin_bit);
 }

@@ -417,6 +417,48 @@ inline void end_of_stream_after_many_writes(asio::io_context& io, socket& a, soc
   w.check();
 }
 
+/// ... and after writes with immediate that wait for the peer's receive buffers (over RDMA,
+/// for credits: more of them than the peer's pool of 32): the peer takes every immediate, each
+/// with its write in place, before its immediates and its reads end with eof.
+inline void end_of_stream_after_writes_with_immediate(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::uint32_t writes = 100;
+  guarded_region target(b, 8 * writes, all_remote_rights);
+  local_memory words(a, 8 * writes);
+  std::vector<outcome> wrote(writes);
+  for (std::uint32_t i = 0; i < writes; ++i) {
+    const std::uint64_t value = 7000 + i;
+    std::memcpy(words.bytes.data() + 8 * i, &value, sizeof value);
+    a.async_write_with_immediate(words.slice(8 * i, 8), target.remote(8 * i, 8), i, record(wrote[i]));
+  }
+  a.shutdown(asio::socket_base::shutdown_send);
+  std::vector<std::uint32_t> taken;
+  std::size_t in_place = 0;
+  outcome immediates_ended, end;
+  std::function<void()> take = [&] {
+    b.async_receive_immediate([&](error_code ec, std::uint32_t value) {
+      if (ec) {
+        immediates_ended = {true, ec, 0};
+        return;
+      }
+      taken.push_back(value);
+      in_place += target.word(8 * value) == 7000 + value ? 1 : 0;
+      take();
+    });
+  };
+  take();
+  std::array<char, 8> buf{};
+  b.async_read_some(asio::buffer(buf), record(end));
+  run_until_done(io, [&] { return all_done(wrote) && end.done && immediates_ended.done; });
+  BOOST_TEST((end.ec == asio::error::eof), end.ec.message());
+  BOOST_TEST((immediates_ended.ec == asio::error::eof), immediates_ended.ec.message());
+  std::vector<std::uint32_t> expected(writes);
+  std::iota(expected.begin(), expected.end(), 0u);
+  BOOST_TEST(taken == expected, boost::test_tools::per_element());
+  BOOST_TEST(in_place == std::size_t{writes});
+  for (const outcome& o : wrote) BOOST_TEST(!o.ec, o.ec.message());
+  BOOST_TEST(target.guards_untouched());
+}
+
 /// A message waits only for the operations started before it: one sent beside more operations
 /// in flight than the TCP fallback's window, each restarted from its handler, still goes out.
 inline void message_beside_endless_operations(asio::io_context& io, socket& a, socket& b) {
@@ -993,6 +1035,10 @@ inline void local_failure_ends_the_peers_reads(asio::io_context& io, socket& a, 
   BOOST_AUTO_TEST_CASE(end_of_stream_after_many_writes) {                                          \
     Pair p;                                                                                        \
     coverbs::test::end_of_stream_after_many_writes(p.io, p.a, p.b);                                \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(end_of_stream_after_writes_with_immediate) {                                \
+    Pair p;                                                                                        \
+    coverbs::test::end_of_stream_after_writes_with_immediate(p.io, p.a, p.b);                      \
   }                                                                                                \
   BOOST_AUTO_TEST_CASE(message_beside_endless_operations) {                                        \
     Pair p;                                                                                        \
