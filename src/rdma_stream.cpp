@@ -318,7 +318,7 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool 
     // would then never complete: close() could not finish. A QP in error flushes them all
     // (and is where any other failed send has left it already).
     qp_->close();
-    fail(error::broken_pipe);
+    fail(error::connection_reset);  // as TCP's lost connection: reads see it, writes broken_pipe
   } else {
     send_control_messages();
   }

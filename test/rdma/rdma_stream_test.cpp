@@ -122,6 +122,25 @@ BOOST_AUTO_TEST_CASE(close_gives_up_on_a_peer_that_takes_nothing) {
   BOOST_TEST(waited.count() < 5000);  // its own timeout, not the default 10 s
 }
 
+// A peer gone without a word (its QP in error and its context never run, as a crashed host's):
+// a's send exhausts its retries, and then its reads report the connection reset, as a TCP
+// socket's do, while its writes report broken_pipe.
+BOOST_AUTO_TEST_CASE(a_send_that_finds_the_peer_gone_resets_the_reads) {
+  rdma_socket_pair p({}, polling_mode::event, test::peer_context::own);
+  static_cast<detail::rdma_stream&>(*p.b.impl()).queue_pair().close();
+  std::array<char, 8> buf{};
+  test::outcome read, wrote, later;
+  p.a.async_read_some(asio::buffer(buf), test::record(read));
+  p.a.async_write_some(asio::buffer("x", 1), test::record(wrote));
+  test::run_until(
+      p.io, [&] { return read.done; }, std::chrono::seconds(30));
+  BOOST_TEST_REQUIRE(read.done);
+  BOOST_TEST((read.ec == asio::error::connection_reset), read.ec.message());
+  p.a.async_write_some(asio::buffer("y", 1), test::record(later));
+  test::run_until_done(p.io, [&] { return later.done; });
+  BOOST_TEST((later.ec == asio::error::broken_pipe), later.ec.message());
+}
+
 // A close that can finish leaves nothing to wait for (no close timer either: finish_close
 // cancels it, and it goes with the stream): once both ends have closed and their end of
 // stream has been acknowledged, run() returns.
