@@ -284,6 +284,23 @@ struct srq_stage {
   late_results results;
 };
 
+// A sender and a receiver that takes its receives from `srq`, connected, on `service`; each
+// may be reset on its own (declared in the order the tests destroyed them).
+struct srq_connection {
+  std::optional<async_shared_receive_queue> srq;
+  async_queue_pair sender;
+  std::optional<async_queue_pair> receiver;
+
+  srq_connection(completion_service& service, srq_stage& stage,
+                 const verbs::shared_receive_queue_options& options = {})
+      : srq(std::in_place, service, stage.pd, options),
+        sender(service, stage.pd),
+        receiver(std::in_place, service, stage.pd, verbs::queue_pair_options{.srq = &srq->native()}) {
+    sender.connect(receiver->address(stage.env.gid), {.local_gid = stage.env.gid});
+    receiver->connect(sender.address(stage.env.gid), {.local_gid = stage.env.gid});
+  }
+};
+
 // Receives left to `service` (run by `io`) by an SRQ destroyed while a QP used it, a QP made
 // outside coverbs, so that nothing tells the service when it goes; it is gone afterwards.
 void leave_receives_to(completion_service& service, srq_stage& stage, asio::io_context& io) {
@@ -350,12 +367,7 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_before_its_queue_pair_keeps_its_receives) 
   std::memcpy(mem.data() + 2048, "late", 4);
   {
     completion_service service(io.get_executor(), env.dev, {.lost_event_check = no_wait});
-    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
-    async_queue_pair sender(service, pd);
-    std::optional<async_queue_pair> receiver(std::in_place, service, pd,
-                                             verbs::queue_pair_options{.srq = &srq->native()});
-    sender.connect(receiver->address(env.gid), {.local_gid = env.gid});
-    receiver->connect(sender.address(env.gid), {.local_gid = env.gid});
+    auto [srq, sender, receiver] = srq_connection(service, stage);
     results.post(*srq, mr);
     io.run_for(std::chrono::milliseconds(20));
     srq.reset();  // refused by the device while `receiver` uses it: the receives stay posted
@@ -386,13 +398,7 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_with_receives_waiting_posts_none_of_them) 
   auto& [env, io, pd, mem, mr, results] = stage;
   {
     completion_service service(io.get_executor(), env.dev);
-    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd,
-                                                  verbs::shared_receive_queue_options{.max_wr = 4});
-    async_queue_pair sender(service, pd);
-    std::optional<async_queue_pair> receiver(std::in_place, service, pd,
-                                             verbs::queue_pair_options{.srq = &srq->native()});
-    sender.connect(receiver->address(env.gid), {.local_gid = env.gid});
-    receiver->connect(sender.address(env.gid), {.local_gid = env.gid});
+    auto [srq, sender, receiver] = srq_connection(service, stage, {.max_wr = 4});
     results.post(*srq, mr);  // 4 posted, 4 waiting
     bool sent = false;
     async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
@@ -419,12 +425,7 @@ BOOST_AUTO_TEST_CASE(a_receive_taken_from_an_srq_ends_with_its_message_when_its_
   std::memcpy(mem.data() + 2048, "late", 4);
   {
     completion_service service(io.get_executor(), env.dev);
-    std::optional<async_shared_receive_queue> srq(std::in_place, service, pd);
-    async_queue_pair sender(service, pd);
-    std::optional<async_queue_pair> receiver(std::in_place, service, pd,
-                                             verbs::queue_pair_options{.srq = &srq->native()});
-    sender.connect(receiver->address(env.gid), {.local_gid = env.gid});
-    receiver->connect(sender.address(env.gid), {.local_gid = env.gid});
+    auto [srq, sender, receiver] = srq_connection(service, stage);
     results.post(*srq, mr);
     bool sent = false;
     async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
