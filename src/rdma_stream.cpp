@@ -22,10 +22,12 @@ struct buffer_request {
   allocator_type get_allocator() const noexcept { return self->allocator(); }
 };
 
-// Whether a write with immediate still waits for a credit (withdrawn ones are passed over).
+// Whether a write with immediate numbered `up_to` or lower still waits for a credit (withdrawn
+// ones are passed over).
 template <class Waiting>
-bool immediates_waiting(const Waiting& waiting) noexcept {
-  return std::any_of(waiting.begin(), waiting.end(), [](const auto& w) { return bool(w.handler); });
+bool immediates_waiting(const Waiting& waiting, std::uint64_t up_to) noexcept {
+  return std::any_of(waiting.begin(), waiting.end(),
+                     [&](const auto& w) { return w.handler && w.number <= up_to; });
 }
 }  // namespace
 
@@ -333,6 +335,7 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool 
 
 void rdma_stream::shutdown_send() {
   fin_wanted_ = true;
+  fin_after_immediate_ = immediates_waited_;  // later ones do not hold the FIN back
   send_control_messages();
 }
 
@@ -403,6 +406,7 @@ void rdma_stream::credit_unused() {
   if (failed()) return;
   ++credits_;
   start_waiting_immediates();
+  send_control_messages();  // the FIN may have waited for the last of them
   capacity_available();
 }
 
@@ -548,7 +552,10 @@ void rdma_stream::end_after_close() {
 // wait for a credit included (the TCP transport's close frame waits for its requests likewise);
 // a control message needs no credit, so it would overtake them.
 void rdma_stream::send_fin() {
-  if (!fin_wanted_ || fin_sent_ || control_credits_ < 1 || immediates_waiting(waiting_immediates_)) return;
+  if (!fin_wanted_ || fin_sent_ || control_credits_ < 1 ||
+      immediates_waiting(waiting_immediates_, fin_after_immediate_)) {
+    return;
+  }
   fin_sent_ = true;
   post_send(no_buffer, {}, stream_imm::fin_bit);
 }

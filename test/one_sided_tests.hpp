@@ -493,6 +493,46 @@ inline void message_beside_endless_operations(asio::io_context& io, socket& a, s
   BOOST_TEST(counter.word(0) == completed);
 }
 
+/// The end of the stream waits only for what was started before it: lanes of writes with
+/// immediate, more at a time than the peer's receive buffers and each restarted from its
+/// handler (so that over RDMA some always wait for credits), go on past shutdown(send), and
+/// those started after it do not keep the peer from reading eof.
+inline void end_of_stream_beside_endless_writes_with_immediate(asio::io_context& io, socket& a, socket& b) {
+  constexpr std::size_t lanes = 64;
+  guarded_region target(b, 8 * lanes, all_remote_rights);
+  local_memory words(a, 8 * lanes);
+  bool stop = false;
+  std::size_t running = lanes, completed = 0;
+  std::vector<std::string> wrong;
+  std::function<void(std::size_t)> lane = [&](std::size_t i) {
+    a.async_write_with_immediate(words.slice(8 * i, 8), target.remote(8 * i, 8),
+                                 static_cast<std::uint32_t>(i), [&, i](error_code ec, std::size_t) {
+                                   if (ec) wrong.push_back(ec.message());
+                                   ++completed;
+                                   if (stop || ec) return void(--running);
+                                   lane(i);
+                                 });
+  };
+  for (std::size_t i = 0; i < lanes; ++i) lane(i);
+  std::function<void()> take = [&] {
+    b.async_receive_immediate([&](error_code ec, std::uint32_t) {
+      if (!ec) take();
+    });
+  };
+  take();
+  outcome end;
+  std::array<char, 8> buf{};
+  b.async_read_some(asio::buffer(buf), record(end));
+  run_until_done(io, [&] { return completed >= 2 * lanes; });
+  a.shutdown(asio::socket_base::shutdown_send);
+  run_until_done(io, [&] { return end.done; });
+  stop = true;
+  run_until_done(io, [&] { return running == 0; });
+  BOOST_TEST((end.ec == asio::error::eof), end.ec.message());
+  BOOST_TEST(completed >= lanes);
+  BOOST_TEST(wrong.empty());
+}
+
 /// Ways to ask for memory the peer did not grant; each is `wc_errc::remote_access`.
 enum class violation {
   wrong_rkey,
@@ -1039,6 +1079,10 @@ inline void local_failure_ends_the_peers_reads(asio::io_context& io, socket& a, 
   BOOST_AUTO_TEST_CASE(end_of_stream_after_writes_with_immediate) {                                \
     Pair p;                                                                                        \
     coverbs::test::end_of_stream_after_writes_with_immediate(p.io, p.a, p.b);                      \
+  }                                                                                                \
+  BOOST_AUTO_TEST_CASE(end_of_stream_beside_endless_writes_with_immediate) {                       \
+    Pair p;                                                                                        \
+    coverbs::test::end_of_stream_beside_endless_writes_with_immediate(p.io, p.a, p.b);             \
   }                                                                                                \
   BOOST_AUTO_TEST_CASE(message_beside_endless_operations) {                                        \
     Pair p;                                                                                        \

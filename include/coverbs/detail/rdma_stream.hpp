@@ -182,6 +182,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   std::vector<std::unique_ptr<verbs::memory_region>> retired_regions_;
   fifo<waiting_immediate> waiting_immediates_;  ///< each needs a peer receive credit
   std::uint64_t immediates_waited_ = 0;         ///< writes with immediate that ever waited
+  std::uint64_t fin_after_immediate_ = 0;       ///< the last of them started before shutdown_send
   /// Receives that writes with immediate took while max_held_immediates were held: re-posted
   /// (and their credits returned) as the application takes immediates.
   std::vector<std::uint32_t> held_receives_;
