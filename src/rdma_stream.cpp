@@ -320,7 +320,10 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool 
     // would then never complete: close() could not finish. A QP in error flushes them all
     // (and is where any other failed send has left it already).
     qp_->close();
-    fail(error::connection_reset);  // as TCP's lost connection: reads see it, writes broken_pipe
+    // As TCP's lost connection: reads see a reset, writes broken_pipe; a flush means the QP
+    // went down for another reason (the peer's disconnect), whose receives report it.
+    fail(ec == make_error_code(wc_errc::flushed) ? error_code(error::eof)
+                                                 : error_code(error::connection_reset));
   } else {
     send_control_messages();
   }
