@@ -314,7 +314,8 @@ void posting_queue::discard_at_shutdown() noexcept {
   // (an SRQ serves only QPs of its own service). A QP with nothing posted is reset all the
   // same: it may take an SRQ's receives. An orphan's QP may be gone.
   if (kind_ == kind::shared_receive || orphaned_) return;
-  verbs::discard_posted(static_cast<ibv_qp*>(native_));
+  auto* qp = static_cast<ibv_qp*>(native_);
+  if (!verbs::discard_posted(qp)) verbs::move_to_error(qp);  // RESET refused: in error it writes nothing
 }
 
 void posting_queue::abort_all() noexcept {

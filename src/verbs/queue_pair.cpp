@@ -18,12 +18,6 @@ std::uint32_t random_psn() {
   return engine() & 0xffffffu;  // PSNs are 24 bits
 }
 
-void move_to_error(ibv_qp* qp) noexcept {
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ibv_modify_qp(qp, &attr, IBV_QP_STATE);
-}
-
 }  // namespace
 
 queue_pair::queue_pair(const protection_domain& pd,
@@ -126,6 +120,12 @@ void queue_pair::to_error() noexcept {
 
 bool queue_pair::discard_posted() noexcept {
   return verbs::discard_posted(qp_.get());
+}
+
+void move_to_error(ibv_qp* qp) noexcept {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(qp, &attr, IBV_QP_STATE);
 }
 
 bool discard_posted(ibv_qp* qp) noexcept {

@@ -105,5 +105,7 @@ class queue_pair {
 /// queue_pair::discard_posted for a QP known by its handle (a queue of the completion service's
 /// whose owner it does not hold).
 bool discard_posted(ibv_qp* qp) noexcept;
+/// queue_pair::to_error for a QP known by its handle.
+void move_to_error(ibv_qp* qp) noexcept;
 
 }  // namespace coverbs::verbs
