@@ -77,6 +77,7 @@ void completion_engine::start() {
 }
 
 void completion_engine::wait_for_event() {
+  if (closed_) return;  // a poll just before failed (fail_cq): the descriptor is released
   waiting_ = true;
   ++waits_;
   if (watch_timer_ && !watching_) watch();
@@ -332,7 +333,13 @@ std::size_t completion_engine::collect(op_queue& done) {
   std::array<ibv_wc, batch> wcs;
   std::size_t total = 0;
   for (;;) {
-    const std::size_t n = cq.poll(wcs);
+    std::size_t n = 0;
+    try {
+      n = cq.poll(wcs);
+    } catch (const std::system_error&) {
+      fail_cq();
+      return total;
+    }
     for (std::size_t i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       auto* op = reinterpret_cast<operation*>(wc.wr_id);
@@ -364,6 +371,16 @@ void completion_engine::run_handlers(op_queue& done) {
       throw;
     }
   }
+}
+
+void completion_engine::fail_cq() noexcept {
+  if (failed_) return;
+  failed_ = true;
+  // Reset first: a request ends only once the device can no longer write into its buffer.
+  for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->discard_at_shutdown();
+  // Deferred completions: no handler runs here, so the list of queues stays as it is.
+  for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->abort_all(EIO);
+  shutdown();
 }
 
 void completion_engine::drain_once(bool defer) {

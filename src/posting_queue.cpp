@@ -110,6 +110,7 @@ bool posting_queue::stays_unsignalled(operation& op) noexcept {
 }
 
 int posting_queue::post(operation* op) {
+  if (engine_->failed()) return EIO;  // nothing would ever poll its completion
   engine_->work_started();
   ++in_flight_;
   if (stays_unsignalled(*op)) ++unsignalled_in_flight_;
@@ -318,13 +319,18 @@ void posting_queue::discard_at_shutdown() noexcept {
   if (!verbs::discard_posted(qp)) verbs::move_to_error(qp);  // RESET refused: in error it writes nothing
 }
 
-void posting_queue::abort_all() noexcept {
+void posting_queue::abort_all(int error) noexcept {
   while (operation* op = take_abandoned()) {
     if (engine_->abandoned()) {
       op->destroy(op);
       continue;
     }
-    mark_aborted(*op);
+    if (error != 0) {
+      op->post_error = error;
+      leave_queue(*op);
+    } else {
+      mark_aborted(*op);
+    }
     op->complete(op, true);
   }
 }

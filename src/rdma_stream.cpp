@@ -9,6 +9,7 @@
 #include <limits>
 
 namespace coverbs::detail {
+
 namespace error = boost::asio::error;
 constexpr std::uint32_t no_buffer = ~0u;
 
@@ -28,6 +29,13 @@ template <class Waiting>
 bool immediates_waiting(const Waiting& waiting, std::uint64_t up_to) noexcept {
   return std::any_of(waiting.begin(), waiting.end(),
                      [&](const auto& w) { return w.handler && w.number <= up_to; });
+}
+
+// Whether a request of the stream's ended without the device: its post refused (an errno), or
+// its CQ failed (io_error). Neither the peer nor a flush ended it, so its error is the one to
+// report. Work completions' statuses have a category of their own (wc_errc).
+bool failed_without_device(const error_code& ec) noexcept {
+  return ec.category() == boost::system::system_category() && ec != error::operation_aborted;
 }
 }  // namespace
 
@@ -270,7 +278,8 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     // A flush means the QP left RTS: closed here, or the peer disconnected. A receive that
     // failed to post left it up: see on_send.
     if (!closed_) qp_->close();
-    return fail(closed_ ? error_code(error::operation_aborted) : error_code(error::eof));
+    if (closed_) return fail(error::operation_aborted);
+    return fail(failed_without_device(ec) ? ec : error_code(error::eof));
   }
   if (r.rdma_immediate) {
     // A peer's write_with_immediate took a receive (and one of its credits); the data it
@@ -322,8 +331,12 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool 
     qp_->close();
     // As TCP's lost connection: reads see a reset, writes broken_pipe; a flush means the QP
     // went down for another reason (the peer's disconnect), whose receives report it.
-    fail(ec == make_error_code(wc_errc::flushed) ? error_code(error::eof)
-                                                 : error_code(error::connection_reset));
+    if (failed_without_device(ec)) {
+      fail(ec);
+    } else {
+      fail(ec == make_error_code(wc_errc::flushed) ? error_code(error::eof)
+                                                   : error_code(error::connection_reset));
+    }
   } else {
     send_control_messages();
   }

@@ -60,7 +60,9 @@ struct completion_options {
 /// operations are pending, so an idle service does not keep `io_context::run` from returning.
 /// The service, its queue pairs and their operations are not thread-safe, as one Asio I/O
 /// object is not: where several threads run the io_context, give the service a strand
-/// (`make_strand(io)`) and start operations from it.
+/// (`make_strand(io)`) and start operations from it. A CQ that the device fails to poll
+/// (ibv_poll_cq returns an error) is broken for good: its queue pairs are reset, every pending
+/// operation ends with `std::errc::io_error`, and so does every later one.
 class completion_service {
  public:
   using executor_type = boost::asio::any_io_executor;

@@ -52,6 +52,8 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void destroy_handlers() noexcept override;
   /// True once destroy_handlers ran: the CQ is never polled again.
   bool abandoned() const noexcept { return abandoned_; }
+  /// True once a poll of the CQ failed (fail_cq): nothing is posted or polled again.
+  bool failed() const noexcept { return failed_; }
   /// Sets aside `entries` of the CQ for a queue that may have as many requests in flight
   /// (each raises a completion at the latest when flushed). Throws std::system_error
   /// (invalid_argument) where fewer are left: the CQ could overflow, which fails every QP on it.
@@ -131,8 +133,14 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   bool spin_over(bool found);
   /// Adaptive mode: a completion came `wait` after the spin before it started.
   void learn(std::chrono::nanoseconds wait) noexcept;
-  /// Takes every available completion into `done`; returns how many.
+  /// Takes every available completion into `done`; returns how many. A failed poll calls
+  /// fail_cq, and what was taken before it still counts.
   std::size_t collect(op_queue& done);
+  /// The CQ could not be polled (ibv_poll_cq failed: a broken CQ, which the device will not
+  /// mend): each QP posting here is reset, so that the device touches no buffer of theirs
+  /// again, then every request ends with EIO (deferred) and the loop stops for good. Later
+  /// posts fail at once with EIO.
+  void fail_cq() noexcept;
   static void run_handlers(op_queue& done);
   /// Runs `done` inside a step of loop `loop`; false (and the step is over) if a handler
   /// closed the engine meanwhile.
@@ -152,6 +160,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   bool active_ = false;
   bool closed_ = false;
   bool abandoned_ = false;
+  bool failed_ = false;
   std::chrono::steady_clock::time_point spin_start_{};    ///< the first empty poll of this spin
   std::chrono::steady_clock::time_point last_reading_{};  ///< the spin's latest clock reading
   std::chrono::nanoseconds typical_wait_{0};              ///< moving average of learned waits
@@ -173,7 +182,7 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
 template <class Predicate>
 void completion_engine::drain_until(Predicate done, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!abandoned_ && !done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
+  while (!abandoned_ && !failed_ && !done() && std::chrono::steady_clock::now() < deadline) drain_once(true);
   idle_if_done();
 }
 

@@ -81,13 +81,15 @@ class posting_queue {
   /// reset QP's), the rest (and what waits) ends with operation_aborted, their buffers the
   /// callers' again.
   void requests_discarded() noexcept;
-  /// The execution context shuts down, destroying the handlers: a QP's queue that its owner
-  /// still holds (not orphaned) has the QP discard what it holds (verbs::discard_posted), so
-  /// that the device writes no more into buffers whose operations are gone.
+  /// The CQ is done with (the execution context shuts down, destroying the handlers, or a
+  /// poll failed): a QP's queue that its owner still holds (not orphaned) has the QP discard
+  /// what it holds (verbs::discard_posted), so that the device writes no more into buffers
+  /// whose operations end.
   void discard_at_shutdown() noexcept;
-  /// Ends every request still here with operation_aborted (destroys them where the engine is
-  /// abandoned): for a queue whose requests can complete no more.
-  void abort_all() noexcept;
+  /// Ends every request still here with operation_aborted, or with `error` (an errno) where
+  /// one is given (destroys them where the engine is abandoned): for a queue whose requests
+  /// can complete no more.
+  void abort_all(int error = 0) noexcept;
   /// Takes out one request, queued or posted, that can complete no more, for the caller to
   /// destroy or abort (null when none is left).
   operation* take_abandoned() noexcept;

@@ -1,0 +1,125 @@
+// A CQ that the device fails to poll (ibv_poll_cq < 0; rxe never does, so the test makes the
+// provider's poll fail) ends every request of its queue pairs with io_error, and a socket's
+// reads with it: before, the failure left io_context::run as an exception, and the requests
+// never completed.
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <optional>
+
+#include <rdma/rdma_cma.h>
+
+#include <array>
+
+#include "async_pair.hpp"
+#include "connected_pair.hpp"
+
+namespace asio = boost::asio;
+namespace data = boost::unit_test::data;
+using namespace coverbs;
+using namespace std::chrono_literals;
+using coverbs::test::async_pair;
+
+namespace std {
+inline std::ostream& operator<<(std::ostream& os, polling_mode m) {
+  return os << coverbs::test::mode_name(m);
+}
+}  // namespace std
+
+namespace {
+
+// While it lives, every poll of `cq` fails (of every CQ of `context` where `cq` is null); the
+// others poll as before. ibv_poll_cq calls the provider through its context's ops, which the
+// test swaps.
+class failing_polls {
+ public:
+  explicit failing_polls(ibv_cq* cq) : failing_polls(cq->context, cq) {}
+  failing_polls(ibv_context* context, ibv_cq* cq) : context_(context), saved_(context->ops.poll_cq) {
+    target = cq;
+    original = saved_;
+    context_->ops.poll_cq = &poll;
+  }
+  ~failing_polls() { context_->ops.poll_cq = saved_; }
+  failing_polls(const failing_polls&) = delete;
+  failing_polls& operator=(const failing_polls&) = delete;
+
+ private:
+  using poll_fn = int (*)(ibv_cq*, int, ibv_wc*);
+  static int poll(ibv_cq* cq, int entries, ibv_wc* wc) {
+    return target == nullptr || cq == target ? -1 : original(cq, entries, wc);
+  }
+  static inline ibv_cq* target = nullptr;
+  static inline poll_fn original = nullptr;
+  ibv_context* context_;
+  poll_fn saved_;
+};
+
+// Runs `io` until `done()` holds, within a bound; an exception leaving run fails the test.
+template <class Predicate>
+void run_until(asio::io_context& io, Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) io.run_one_for(10ms);
+  io.restart();
+  BOOST_REQUIRE_MESSAGE(done(), "the operations did not complete within the time limit");
+}
+
+bool is_io_error(const std::optional<error_code>& ec) {
+  return ec && *ec == std::errc::io_error;
+}
+
+const auto all_modes = data::make({polling_mode::event, polling_mode::busy, polling_mode::adaptive});
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cq_failure)
+
+BOOST_DATA_TEST_CASE(a_failed_poll_ends_every_request_with_io_error, all_modes, mode) {
+  async_pair p({.mode = mode});
+  std::optional<error_code> received;
+  std::optional<error_code> sent;
+  async_receive(p.b, p.b_mr.slice(0, 64), [&](error_code ec, std::size_t) { received = ec; });
+  p.io.run_for(20ms);  // the receive is posted, and the loop waits (or spins) for it
+  p.io.restart();
+  BOOST_REQUIRE(!received);
+  {
+    const failing_polls failing(p.service.queue().native_handle());
+    async_send(p.a, p.a_mr.slice(0, 16), [&](error_code ec, std::size_t) { sent = ec; });
+    run_until(p.io, [&] { return received && sent; });
+    BOOST_TEST(is_io_error(received), "receive: " << received->message());
+    BOOST_TEST(is_io_error(sent), "send: " << sent->message());
+    BOOST_TEST(p.service.outstanding() == 0u);
+  }
+  // The CQ stays broken, though its polls would work again: later requests fail at once,
+  // and nothing waits for them.
+  std::optional<error_code> later;
+  async_write(p.a, p.a_mr.slice(0, 8), p.b_mr.remote(0, 8), [&](error_code ec, std::size_t) { later = ec; });
+  run_until(p.io, [&] { return later.has_value(); });
+  BOOST_TEST(is_io_error(later), "write: " << later->message());
+  BOOST_TEST(p.service.outstanding() == 0u);
+  p.io.run_for(50ms);
+  BOOST_TEST(p.io.stopped());  // no wait or timer of the loop is left
+}  // the queue pairs and the service go without waiting for flushes
+
+BOOST_AUTO_TEST_CASE(a_socket_whose_cq_fails_reports_io_error_to_its_reads) {
+  coverbs::test::connected_pair p(transport::rdma);
+  std::optional<error_code> read;
+  std::array<char, 16> in{};
+  p.a.async_read_some(asio::buffer(in), [&](error_code ec, std::size_t) { read = ec; });
+  p.io.run_for(20ms);
+  p.io.restart();
+  BOOST_REQUIRE(!read);
+  // The sockets' queue pairs live in librdmacm's device contexts: every CQ of them fails.
+  int devices = 0;
+  ibv_context** contexts = rdma_get_devices(&devices);
+  BOOST_REQUIRE(contexts != nullptr && devices == 1);
+  {
+    const failing_polls failing(contexts[0], nullptr);
+    p.b.async_write_some(asio::buffer("hello", 5), [](error_code, std::size_t) {});
+    run_until(p.io, [&] { return read.has_value(); });
+    BOOST_TEST(is_io_error(read), "read: " << read->message());  // not eof: no peer ended it
+  }
+  rdma_free_devices(contexts);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
