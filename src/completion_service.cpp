@@ -28,8 +28,10 @@ completion_engine::completion_engine(const boost::asio::any_io_executor& ex, con
       channel(opts.mode == polling_mode::busy ? std::nullopt
                                               : std::make_optional<verbs::completion_channel>(d)),
       cq(d, opts.entries, channel ? &*channel : nullptr) {
-  if (channel) descriptor_.emplace(executor, channel->fd());
+  // The timer first: a descriptor that took the fd would close it as a later throw unwinds it,
+  // and the completion channel would then close the same number again.
   if (channel && options.lost_event_check.count() > 0) watch_timer_.emplace(executor);
+  if (channel) descriptor_.emplace(executor, channel->fd());
 }
 
 void completion_engine::work_started() {
