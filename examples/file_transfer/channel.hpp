@@ -1,12 +1,15 @@
 // One connection's control messages, and how its failures read to a user.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <coverbs/socket.hpp>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -113,6 +116,37 @@ class channel {
     }
     // A one-sided failure, for one: the peer may have died with its window (remote access).
     throw transfer_error(origin::connection, "lost the connection to the " + peer_ + ": " + ec.message());
+  }
+
+  /// Awaits `work`, a long wait of this side's own (flushing a received file to the disk),
+  /// telling the peer every third of the timeout that this side is still there (busy): the
+  /// peer, waiting for the verdict, would take the silence for a dead connection, and so would
+  /// this side's own watch. Rethrows what `work` throws, once it has ended.
+  asio::awaitable<void> keep_peer_waiting(asio::awaitable<void> work) {
+    struct state {
+      explicit state(const coverbs::socket::executor_type& ex) : tick(ex) {}
+      asio::steady_timer tick;
+      bool done = false;
+      std::exception_ptr failure;
+    };
+    const auto s = std::make_shared<state>(socket_.get_executor());
+    asio::co_spawn(socket_.get_executor(), std::move(work), [s](std::exception_ptr e) {
+      s->done = true;
+      s->failure = e;
+      s->tick.cancel();
+    });
+    const auto period = std::max<std::chrono::seconds>(watch_->timeout / 3, std::chrono::seconds(1));
+    while (!s->done) {
+      s->tick.expires_after(period);
+      co_await s->tick.async_wait(asio::as_tuple(asio::use_awaitable));
+      if (s->done) break;
+      activity();
+      // Unchecked: `work` must end before this returns, and a broken connection shows in the
+      // verdict's send after it.
+      out_ = encode(msg::busy());
+      co_await socket_.async_send(asio::buffer(out_), asio::as_tuple(asio::use_awaitable));
+    }
+    if (s->failure) std::rethrow_exception(s->failure);
   }
 
   /// Tells the peer why this side stops (an error message), then ends the connection in order

@@ -285,16 +285,16 @@ class client {
       shown.start();
       const ft::digest sum = co_await in.receive(part->file(), file.size, name, opt_.check,
                                                  [&](std::uint64_t done) { shown.update(done); });
-      co_await commit(*part);
+      co_await commit(ch, *part);
       co_await ch.send(ft::msg::ok());
       shown.finish("fetched", sum);
     });
   }
 
-  asio::awaitable<void> commit(ft::part_file& part) {
+  asio::awaitable<void> commit(ft::channel& ch, ft::part_file& part) {
     std::string cannot;
     try {
-      co_await part.commit(blocking_.get_executor());
+      co_await ch.keep_peer_waiting(part.commit(blocking_.get_executor()));
       co_return;
     } catch (const std::system_error& e) {
       cannot = e.what();

@@ -214,7 +214,7 @@ class server {
       const auto start = std::chrono::steady_clock::now();
       const ft::digest sum = co_await c.in.receive(part->file(), size, name, check, [](std::uint64_t) {});
       try {
-        co_await part->commit(blocking_.get_executor());
+        co_await c.ch.keep_peer_waiting(part->commit(blocking_.get_executor()));
       } catch (const std::system_error& e) {
         throw transfer_error(origin::local, e.what());
       }

@@ -8,6 +8,8 @@
 //   sender   -> data: RDMA WRITE with immediate into a free window slot (on both transports)
 //   receiver -> credit(slot)             after writing that slot to the file
 //   sender   -> done(digest)             of the checksum the client asked for
+//   receiver -> busy                     while it flushes the file to its disk, every third of
+//                                        its timeout: a flush can outlast the sender's patience
 //   receiver -> ok                       once the file has its final name, or error(reason)
 //
 // An error before the data starts refuses that request only; one during the data ends the
@@ -27,7 +29,7 @@
 
 namespace ft {
 
-enum class type : std::uint8_t { put = 1, get, file, ready, credit, done, ok, error };
+enum class type : std::uint8_t { put = 1, get, file, ready, credit, done, ok, error, busy };
 
 /// Where the receiver wants the data: `slots` slots of `slot_size` bytes at `where`.
 struct window {
@@ -88,6 +90,9 @@ inline message done(const digest& sum) {
 }
 inline message ok() {
   return with(type::ok);
+}
+inline message busy() {
+  return with(type::busy);
 }
 inline message error(const std::string& text) {
   message m = with(type::error);
@@ -182,6 +187,7 @@ inline std::vector<std::byte> encode(const message& m) {
       for (auto b : m.sum.view()) out.push_back(std::byte{b});
       break;
     case type::ok: break;
+    case type::busy: break;
     case type::error: text(); break;
   }
   return out;
@@ -238,6 +244,7 @@ inline std::optional<message> decode(std::span<const std::byte> in) {
         m.sum.bytes[i - 1] = std::to_integer<std::uint8_t>(rest[i]);
       return m;
     case type::ok:
+    case type::busy:
       if (!rest.empty()) return {};
       return m;
     case type::error:

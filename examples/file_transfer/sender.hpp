@@ -42,12 +42,12 @@ class sender {
     // The last update's handler ran before this one: the hasher completes in order.
     if (ec || buffers_->hash_failed) throw_hash_failure(name, check);
     co_await ch_.send(msg::done(sum));
-    for (;;) {  // credits still on their way are of no use now
+    for (;;) {  // credits still on their way are of no use now, and busy says only "wait"
       const message m = co_await ch_.receive();
       if (m.kind == type::ok) co_return sum;
       if (m.kind == type::error)
         throw transfer_error(transfer_error::origin::peer, ch_.peer() + ": " + m.text);
-      if (m.kind != type::credit)
+      if (m.kind != type::credit && m.kind != type::busy)
         throw transfer_error(transfer_error::origin::connection, "the " + ch_.peer() + " broke the protocol");
     }
   }

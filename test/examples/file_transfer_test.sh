@@ -195,6 +195,21 @@ if tcp; then
     expect 1 "send more than the disk holds" 'server: cannot store [0-9]+ bytes in .*: No space left on device' \
         "${to_server[@]}" send "$work/src/big.bin"
     kill -TERM "$server_pid"; finish "$server_pid"
+
+    echo "== a slow disk"
+    # The receiver flushes the file (fdatasync) before its verdict, which on a slow disk can
+    # outlast the timeout: its busy messages keep both sides waiting. A preloaded shim makes
+    # each flush take 4 s, twice the timeout of both sides.
+    shim=${COVERBS_SLOW_SYNC_SHIM:?needs COVERBS_SLOW_SYNC_SHIM, the slow_fdatasync module (ctest sets it)}
+    slow=(env LD_PRELOAD="$shim" COVERBS_SLOW_SYNC_SECONDS=4)
+    mkdir "$work/slow" "$work/slow-dl"
+    start_server "$work/slow" "${slow[@]}" -- --timeout 2
+    expect 0 "send to a server whose flush outlasts the timeout" '^file_client: sent a.txt: ' \
+        "${to_server[@]}" send "$work/several/a.txt" --timeout 2
+    expect 0 "fetch with a flush that outlasts the timeout" '^file_client: fetched a.txt: ' \
+        "${slow[@]}" "${to_server[@]}" fetch a.txt --to "$work/slow-dl" --timeout 2
+    check "the fetched file is the one sent" 'cmp -s "$work/several/a.txt" "$work/slow-dl/a.txt"'
+    kill -TERM "$server_pid"; finish "$server_pid"
     server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
 fi
 
