@@ -21,6 +21,7 @@
 #include "channel.hpp"
 #include "hasher.hpp"
 #include "progress.hpp"
+#include "registration.hpp"
 #include "whole_slot.hpp"
 
 namespace ft {
@@ -44,7 +45,8 @@ class receiver {
     if (memory_.size() < bytes) {
       registration_ = {};  // deregistered before its memory goes
       memory_ = std::vector<std::byte>(bytes);
-      registration_ = ch_.socket().register_memory(memory_, coverbs::verbs::access::remote_write);
+      registration_ =
+          register_buffers(ch_.socket(), memory_, coverbs::verbs::access::remote_write, "receive window");
     }
     return {slots_, slot_size_, registration_.remote(0, bytes)};
   }

@@ -21,6 +21,7 @@
 
 #include "channel.hpp"
 #include "protocol.hpp"
+#include "registration.hpp"
 #include "whole_slot.hpp"
 
 namespace ft {
@@ -52,7 +53,7 @@ struct send_buffers {
   /// VM) does not wait for the next slot's read.
   static constexpr std::uint32_t read_ahead = 2;
 
-  /// The buffers `p` plans, registered on `s`. Throws std::system_error.
+  /// The buffers `p` plans, registered on `s`. Throws transfer_error where they cannot be.
   send_buffers(coverbs::socket& s, const buffer_plan& p)
       : count(p.count),
         size(p.size),
@@ -62,7 +63,7 @@ struct send_buffers {
         reading(count, false),
         read(count),
         wake(s.get_executor()) {
-    registration = s.register_memory(memory, coverbs::verbs::access::none);
+    registration = register_buffers(s, memory, coverbs::verbs::access::none, "send buffers");
   }
 
   struct read_result {
