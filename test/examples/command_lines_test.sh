@@ -249,6 +249,12 @@ expect_script() {
     if [ $rc = "$want" ] && grep -qxF -- "$line" "$out"; then pass "$what"
     else fail "$what: exit $rc, output '$(show)'"; fi
 }
+# The scripts the README starts with take no arguments but --help: anything else is refused
+# before they install or build anything (scripts/test would otherwise run for half an hour).
+for script in demo test install-deps rdma-address; do
+    expect_script "scripts/$script refuses an unknown argument" 2 "$script: unknown argument '--bogus'" \
+        "$root/scripts/$script" --bogus
+done
 ftb=$root/bench/file_transfer_bench
 expect_script "file_transfer_bench without arguments: usage, exit 2" 2 \
     "Usage: bench/file_transfer_bench BUILD_DIR ADDR MIB [REPS] [file_client options...]" "$ftb"
@@ -277,11 +283,18 @@ expect_script "bench/run --build '' is refused" 2 "bench/run: --build needs a va
 expect_script "bench/run names the build directory it cannot find" 2 \
     "bench/run: no build directory '$work/no-build'" "$run" --build "$work/no-build"
 # A build whose benchmarks all fail (exit 3): bench/run reports each with its exit status.
-mkdir -p "$work/fake-build/bench"
-for p in pingpong_bench stream_bench asio_baseline verbs_ops_bench; do
-    printf '#!/bin/sh\nexit 3\n' >"$work/fake-build/bench/$p"
-    chmod +x "$work/fake-build/bench/$p"
+mkdir -p "$work/fake-build/bench" "$work/fake-build/examples"
+for p in bench/pingpong_bench bench/stream_bench bench/asio_baseline bench/verbs_ops_bench \
+    examples/file_server examples/file_client; do
+    printf '#!/bin/sh\nexit 3\n' >"$work/fake-build/$p"
+    chmod +x "$work/fake-build/$p"
 done
+# A build with the benchmarks and not the examples, which the file benchmark runs.
+mkdir -p "$work/bench-only/bench"
+cp "$work/fake-build/bench/"* "$work/bench-only/bench/"
+expect_script "bench/run names a program it needs and cannot find" 2 \
+    "bench/run: $work/bench-only/examples/file_server is missing: build the bench and examples targets first" \
+    "$run" --quick --build "$work/bench-only"
 : >"$work/fake-build/CMakeCache.txt"
 timeout 120 "$run" --quick --part tcp --build "$work/fake-build" --out "$work/fake-out" >"$out" 2>&1
 rc=$?
