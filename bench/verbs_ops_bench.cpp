@@ -1,20 +1,23 @@
 // Per-operation cost of the async verbs layer against a raw post/poll loop on the same device,
 // and heap allocations per operation in steady state (the target is zero).
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <coverbs/coverbs.hpp>
 #include <array>
 #include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
+#include <coverbs/coverbs.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "../examples/command_line.hpp"
@@ -75,11 +78,15 @@ result raw_write_loop(stage& s, std::size_t iterations, std::size_t size) {
     wr.wr.rdma.remote_addr = remote.address;
     wr.wr.rdma.rkey = remote.rkey;
     ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(a.native_handle(), &wr, &bad) != 0) std::abort();
+    if (const int rc = ibv_post_send(a.native_handle(), &wr, &bad); rc != 0) {
+      throw std::system_error(rc, std::system_category(), "raw ibv_post_send");
+    }
     std::array<ibv_wc, 1> wc{};
     while (cq.poll(wc) == 0) {
     }
-    if (wc[0].status != IBV_WC_SUCCESS) std::abort();
+    if (wc[0].status != IBV_WC_SUCCESS) {
+      throw std::runtime_error(std::string("raw RDMA WRITE: ") + ibv_wc_status_str(wc[0].status));
+    }
   };
   for (std::size_t i = 0; i < iterations / 10 + 1; ++i) one();
   const std::size_t before = allocations.load();
@@ -115,12 +122,17 @@ result async_write_loop(stage& s, std::size_t iterations, std::size_t size, poll
     }
   };
   if (coroutine) {
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      for (std::size_t i = 0; i < warmup + iterations; ++i) {
-        mark(i);
-        co_await async_write(a, local, remote, asio::use_awaitable);
-      }
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          for (std::size_t i = 0; i < warmup + iterations; ++i) {
+            mark(i);
+            co_await async_write(a, local, remote, asio::use_awaitable);
+          }
+        },
+        [](std::exception_ptr e) {
+          if (e) std::rethrow_exception(e);  // out of io.run, to main's report
+        });
   } else {
     // A plain function-object handler: the cheapest completion token Asio offers.
     struct chain {
@@ -131,7 +143,7 @@ result async_write_loop(stage& s, std::size_t iterations, std::size_t size, poll
       std::function<void(std::size_t)>* mark;
       std::size_t* i;
       void operator()(error_code ec, std::size_t) const {
-        if (ec) std::abort();
+        if (ec) throw boost::system::system_error(ec, "async_write");  // out of io.run
         if (++*i < total) {
           (*mark)(*i);
           async_write(*qp, local, remote, *this);

@@ -17,6 +17,7 @@
 #include <coverbs/socket.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,9 +85,9 @@ bool server_option(arguments& args, std::string_view arg, Options& o) {
 }
 
 /// A server program's main after parsing: constructs `Server(io, opt, extra...)` (a failure
-/// there is "cannot listen on ..."), calls `start()`, runs the context until it stops, and
-/// returns the exit status: 1 if construction or the run failed, or if `failed()` says so.
-/// `extra` outlives the context, and with it any coroutine a failed run leaves suspended.
+/// there is "cannot listen on ...", or "not enough memory"), calls `start()`, runs the context until it
+/// stops, and returns the exit status: 1 if construction or the run failed, or if `failed()` says so. `extra`
+/// outlives the context, and with it any coroutine a failed run leaves suspended.
 template <class Server, class Options, class... Extra>
 int run_server(std::string_view program, const Options& opt, Extra&... extra) {
   try {
@@ -94,6 +95,9 @@ int run_server(std::string_view program, const Options& opt, Extra&... extra) {
     std::optional<Server> s;
     try {
       s.emplace(io, opt, extra...);
+    } catch (const std::bad_alloc&) {  // the sizes asked for passed their checks, not this machine's
+      std::cerr << program << ": not enough memory for the sizes asked for (see --help)\n";
+      return 1;
     } catch (const std::exception& e) {
       std::cerr << program << ": cannot listen on " << boost::asio::ip::tcp::endpoint(opt.listen, opt.port)
                 << " (" << name(opt.kind) << "): " << describe(e) << "\n";
