@@ -71,6 +71,27 @@ BOOST_AUTO_TEST_CASE(plain_callback_is_not_called_inside_the_initiating_function
   BOOST_TEST(landed());
 }
 
+BOOST_AUTO_TEST_CASE(a_handler_bound_to_another_context_keeps_it_running) {
+  // As with Asio's I/O objects: until the handler is handed over, it counts as work of its own
+  // executor's context, so a thread running only that context waits for it.
+  asio::io_context other;
+  bool ran = false, on_other = false;
+  async_write(a, source(), target(), asio::bind_executor(other, [&](error_code ec, std::size_t n) {
+                BOOST_TEST(!ec);
+                BOOST_TEST(n == size);
+                ran = true;
+                on_other = other.get_executor().running_in_this_thread();
+              }));
+  BOOST_TEST(other.poll() == 0u);
+  BOOST_TEST(!other.stopped(), "the handler's context ran out of work before the handler came");
+  io.run_for(std::chrono::seconds(20));  // until the write's completion went to `other`
+  BOOST_TEST(!ran);
+  other.run_for(std::chrono::seconds(20));  // returns once the handler ran
+  BOOST_TEST(ran);
+  BOOST_TEST(on_other);
+  BOOST_TEST(landed());
+}
+
 BOOST_AUTO_TEST_CASE(use_future_from_another_thread) {
   auto work = asio::make_work_guard(io);
   std::thread runner([&] { io.run_for(std::chrono::seconds(20)); });

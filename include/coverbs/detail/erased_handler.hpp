@@ -104,7 +104,7 @@ class erased_handler<void(Args...)> {
     holder(Handler&& h, const boost::asio::any_io_executor& ex)
         : base{&do_invoke, &do_destroy, boost::asio::get_associated_cancellation_slot(h)},
           handler(std::move(h)),
-          io_executor(keep_io_executor<Handler>(ex)) {}
+          io_executor(keep_io_executor(handler, ex)) {}  // `handler` is the member, initialized
     using io_executor_type = io_executor_for<Handler>;
 
     static holder_allocator allocator_of(const Handler& h, const allocator_type& memory) {

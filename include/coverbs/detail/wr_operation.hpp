@@ -98,19 +98,40 @@ class wr_operation final : public operation {
     }
   };
 
+  /// The work counted on the handler's own executor, if it has one (see handler_work).
+  using work_type =
+      std::conditional_t<tracks_handler_work<Handler>, handler_work_for<Handler>, no_associated_executor>;
+
   wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
-      : operation(&do_complete, &do_destroy), handler_(std::move(handler)), io_executor_(io_executor) {}
+      : operation(&do_complete, &do_destroy),
+        handler_(std::move(handler)),
+        io_executor_(io_executor),
+        work_(make_work(handler_, io_executor)) {}
+
+  static work_type make_work(const Handler& handler, const boost::asio::any_io_executor& io_executor) {
+    if constexpr (tracks_handler_work<Handler>) {
+      return {boost::asio::get_associated_executor(handler), io_executor};
+    } else {
+      return {};
+    }
+  }
+
+  // What release() hands back. The work goes first, after the handler has been handed over.
+  struct contents_type {
+    Handler handler;
+    boost::asio::any_io_executor io_executor;
+    [[no_unique_address]] work_type work;
+  };
 
   // Disconnects the handler's cancellation slot, frees the operation and hands back the
   // handler and I/O executor: the memory is free before the handler runs (a handler that starts
   // the next operation reuses it) or, when it is only destroyed, before whatever it owns goes.
-  static std::pair<Handler, boost::asio::any_io_executor> release(wr_operation* self) noexcept {
+  static contents_type release(wr_operation* self) noexcept {
     auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) slot.clear();
-    std::pair<Handler, boost::asio::any_io_executor> contents(std::move(self->handler_),
-                                                              std::move(self->io_executor_));
+    contents_type contents{std::move(self->handler_), std::move(self->io_executor_), std::move(self->work_)};
     allocator_type alloc(
-        boost::asio::get_associated_allocator(contents.first, boost::asio::recycling_allocator<void>()));
+        boost::asio::get_associated_allocator(contents.handler, boost::asio::recycling_allocator<void>()));
     self->~wr_operation();
     std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
     return contents;
@@ -123,7 +144,7 @@ class wr_operation final : public operation {
     auto* self = static_cast<wr_operation*>(base);
     const error_code ec = result_error(*self);
     const auto value = Result::value(*self);
-    auto [handler, io_executor] = release(self);
+    auto [handler, io_executor, work] = release(self);
     // Through the I/O executor, which hands over to the handler's associated executor (inline
     // when they are the same and we are on its thread). While the operation is pending the
     // completion loop's own wait keeps the I/O executor's context running.
@@ -133,6 +154,7 @@ class wr_operation final : public operation {
 
   Handler handler_;
   boost::asio::any_io_executor io_executor_;
+  [[no_unique_address]] work_type work_;
 };
 
 /// Completes `handler` with `ec` without starting anything (invalid arguments).
