@@ -53,8 +53,6 @@ class library_category_impl final : public std::error_category {
       case errc::bad_descriptor: return "malformed descriptor from peer";
       case errc::buffer_too_small: return "buffer too small for the operation";
       case errc::misaligned_atomic: return "atomic operation on an address not aligned to 8 bytes";
-      case errc::not_connected: return "queue pair is not connected";
-      case errc::unsupported_operation: return "operation not supported by this transport";
       case errc::malformed_frame: return "malformed or inconsistent frame from peer";
       case errc::too_many_operations: return "too many operations outstanding on this connection";
       case errc::registration_limit: return "the connection's registered memory limit would be exceeded";
@@ -70,8 +68,6 @@ class library_category_impl final : public std::error_category {
       case errc::bad_descriptor: return std::errc::bad_message;
       case errc::buffer_too_small: return std::errc::no_buffer_space;
       case errc::misaligned_atomic: return std::errc::invalid_argument;
-      case errc::not_connected: return std::errc::not_connected;
-      case errc::unsupported_operation: return std::errc::operation_not_supported;
       case errc::malformed_frame: return std::errc::bad_message;
       case errc::too_many_operations: return std::errc::resource_unavailable_try_again;
       case errc::registration_limit: return std::errc::not_enough_memory;

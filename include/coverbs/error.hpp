@@ -40,16 +40,14 @@ enum class wc_errc {
 
 /// Failures detected by the library itself rather than reported by the device.
 enum class errc {
-  no_device = 1,          ///< no RDMA device has the requested name, or serves the address
-  bad_descriptor,         ///< bytes from a peer do not form a valid descriptor or frame
-  buffer_too_small,       ///< a local buffer is shorter than the operation needs
-  misaligned_atomic,      ///< atomics need an 8-byte aligned address on both ends
-  not_connected,          ///< the queue pair is not ready to send
-  unsupported_operation,  ///< the transport cannot carry this operation
-  malformed_frame,        ///< a TCP-fallback frame from a peer breaks the wire protocol
-  too_many_operations,    ///< the connection holds `socket_options::max_outstanding_operations` already
-  registration_limit,     ///< registering would pass `socket_options::max_registered_bytes`
-  stale_connection,       ///< the peer's CM still holds a connection from this QP number
+  no_device = 1,        ///< no RDMA device has the requested name, or serves the address
+  bad_descriptor,       ///< bytes from a peer do not form a valid descriptor (remote_buffer)
+  buffer_too_small,     ///< a local buffer is shorter than the operation needs
+  misaligned_atomic,    ///< atomics need an 8-byte aligned address on both ends
+  malformed_frame,      ///< a TCP-fallback frame from a peer breaks the wire protocol
+  too_many_operations,  ///< the connection holds `socket_options::max_outstanding_operations` already
+  registration_limit,   ///< registering would pass `socket_options::max_registered_bytes`
+  stale_connection,     ///< the peer's CM still holds a connection from this QP number
 };
 
 /// The category of `wc_errc`: messages name the verbs status, conditions map to `std::errc`.

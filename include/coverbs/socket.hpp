@@ -112,13 +112,16 @@ struct connect_attempt : std::enable_shared_from_this<connect_attempt> {
 }  // namespace detail
 
 /// A stream socket over RDMA or TCP. Mirrors `boost::asio::ip::tcp::socket` for the common
-/// subset (same constructors, member names, completion signatures and error codes), so it is
-/// an AsyncReadStream and AsyncWriteStream: `asio::async_read`, `async_write` and
-/// `async_read_until` work on it unchanged, with any completion token. One read and one write
-/// may be outstanding at a time. As with Asio, a socket may be closed, destroyed or moved
-/// with operations outstanding (closed or destroyed, they end as close() ends them), but must
-/// exist when one starts (a lazy one, e.g. `asio::deferred`, acts on the socket as it is then),
-/// and is not thread-safe: use it from its executor (or strand), or while nothing runs that.
+/// subset (same constructors, member names, completion signatures, and Asio's error codes with
+/// the differences docs/porting-from-asio.md lists), so it is an AsyncReadStream and
+/// AsyncWriteStream: `asio::async_read`, `async_write` and `async_read_until` work on it
+/// unchanged, with any completion token. One read, one write, one async_send, one
+/// async_receive and one async_receive_immediate may be outstanding at a time; another of the
+/// same kind completes at once with `in_progress` (Asio's socket queues it). As with Asio, a
+/// socket may be closed, destroyed or moved with operations outstanding (closed or destroyed,
+/// they end as close() ends them), but must exist when one starts (a lazy one, e.g.
+/// `asio::deferred`, acts on the socket as it is then), and is not thread-safe: use it from
+/// its executor (or strand), or while nothing runs that.
 class socket : public boost::asio::socket_base {
  public:
   using executor_type = boost::asio::any_io_executor;
@@ -167,7 +170,7 @@ class socket : public boost::asio::socket_base {
   socket(socket&& other) noexcept;
   /// Closes this socket, then takes `other`'s connection.
   socket& operator=(socket&& other) noexcept;
-  /// Closes the socket; pending operations end with operation_aborted.
+  /// Closes the socket, as close() does.
   ~socket();
 
   /// The executor on which handlers run by default.
@@ -187,7 +190,9 @@ class socket : public boost::asio::socket_base {
   const socket_options& options() const noexcept { return options_; }
 
   /// Closes the connection; pending operations end with operation_aborted, a pending connect
-  /// too (as when a timer closes an Asio socket whose connect takes too long). Forgets bind().
+  /// too (as when a timer closes an Asio socket whose connect takes too long), one-sided ones
+  /// with `wc_errc::flushed` (mostly: one the device had finished reports its result).
+  /// Forgets bind().
   void close();
   /// As above, reporting through `ec` (closing never fails today).
   void close(error_code& ec);
@@ -216,8 +221,10 @@ class socket : public boost::asio::socket_base {
   void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec);
   /// Ends pending operations with operation_aborted, a pending connect too (as on
   /// `tcp::socket`); the connection stays usable, and a cancelled connect keeps open() and
-  /// bind() for the next. One-sided operations go on: a posted work request can only be
-  /// recalled by failing the connection (cancel one through its own cancellation slot).
+  /// bind() for the next. Two kinds go on: a write or send whose bytes go from the caller's
+  /// memory (over TCP 16 KiB or more; over RDMA from registered memory, or a zero-copy
+  /// message), which ends once they are out, and one-sided operations: a posted work request
+  /// can only be recalled by failing the connection (cancel one through its own slot).
   void cancel();
   /// As above, with `bad_descriptor` in `ec` unless open()ed, bound, connecting or connected.
   void cancel(error_code& ec);

@@ -26,7 +26,7 @@ inline constexpr std::uint32_t min_payload_limit = 4096;
 enum class frame_type : std::uint8_t {
   hello = 1,                 ///< version and limits, the first frame each way
   data = 2,                  ///< stream bytes (async_write_some)
-  message = 3,               ///< all or part of one async_send
+  message = 3,               ///< one whole async_send (a message never spans frames)
   write = 4,                 ///< all or part of an RDMA WRITE
   write_with_immediate = 5,  ///< the last part of an RDMA WRITE with immediate
   read_request = 6,          ///< the rest of an RDMA READ, answered a frame's part at a time
@@ -130,7 +130,8 @@ constexpr std::uint64_t frame_count(std::uint64_t total,
   return total == 0 ? 1 : (total + max_payload - 1) / max_payload;
 }
 /// Payload of the frame that starts `offset` (<= `total`) bytes into a `total`-byte operation.
-/// Each frame of a split write or message carries `length = total - offset` and this many bytes.
+/// Each frame of a split write (or a read's answer) carries `length = total - offset` and this
+/// many bytes.
 constexpr std::uint32_t chunk_size(std::uint64_t total, std::uint64_t offset,
                                    std::uint32_t max_payload = max_payload_size) noexcept {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(total - offset, max_payload));
