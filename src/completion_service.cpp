@@ -332,6 +332,9 @@ std::chrono::nanoseconds completion_engine::spin_budget() const noexcept {
 }
 
 std::size_t completion_engine::collect(op_queue& done) {
+  // A failed CQ is never polled again (a busy step polls on after a failed poll): a provider
+  // may return entries after a failure, of requests that fail_cq ended and freed.
+  if (failed_) return 0;
   std::array<ibv_wc, batch> wcs;
   std::size_t total = 0;
   for (;;) {
@@ -380,6 +383,12 @@ void completion_engine::fail_cq() noexcept {
   failed_ = true;
   // Reset first: a request ends only once the device can no longer write into its buffer.
   for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->discard_at_shutdown();
+  // An adopted queue's QP may be one that refused RESET, or gone: what it holds may still be
+  // written, so its requests stay the device's, leaked (their owner went before them).
+  while (posting_queue* q = find_adopted(nullptr)) {
+    q->adopted_ = false;
+    leak(std::unique_ptr<posting_queue>(q));
+  }
   // Deferred completions: no handler runs here, so the list of queues stays as it is.
   for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->abort_all(EIO);
   shutdown();
