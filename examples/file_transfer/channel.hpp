@@ -119,10 +119,14 @@ class channel {
   }
 
   /// Awaits `work`, a long wait of this side's own (flushing a received file to the disk),
-  /// telling the peer every third of the timeout that this side is still there (busy): the
-  /// peer, waiting for the verdict, would take the silence for a dead connection, and so would
-  /// this side's own watch. Rethrows what `work` throws, once it has ended.
+  /// telling the peer four times a second that this side is still there (busy): the peer,
+  /// waiting for the verdict, would take the silence for a dead connection (its timeout may be
+  /// shorter than this side's), and so would this side's own watch. Returns, or rethrows what
+  /// `work` throws, only once `work` has ended, even when the caller is cancelled.
   asio::awaitable<void> keep_peer_waiting(asio::awaitable<void> work) {
+    // A cancelled caller must not leave before `work`, which refers to its frame.
+    const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
     struct state {
       explicit state(const coverbs::socket::executor_type& ex) : tick(ex) {}
       asio::steady_timer tick;
@@ -135,7 +139,7 @@ class channel {
       s->failure = e;
       s->tick.cancel();
     });
-    const auto period = std::max<std::chrono::seconds>(watch_->timeout / 3, std::chrono::seconds(1));
+    constexpr auto period = std::chrono::milliseconds(250);  // well inside a timeout of 1 s
     while (!s->done) {
       s->tick.expires_after(period);
       co_await s->tick.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -146,6 +150,7 @@ class channel {
       out_ = encode(msg::busy());
       co_await socket_.async_send(asio::buffer(out_), asio::as_tuple(asio::use_awaitable));
     }
+    co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
     if (s->failure) std::rethrow_exception(s->failure);
   }
 

@@ -8,8 +8,8 @@
 //   sender   -> data: RDMA WRITE with immediate into a free window slot (on both transports)
 //   receiver -> credit(slot)             after writing that slot to the file
 //   sender   -> done(digest)             of the checksum the client asked for
-//   receiver -> busy                     while it flushes the file to its disk, every third of
-//                                        its timeout: a flush can outlast the sender's patience
+//   receiver -> busy                     while it flushes the file to its disk, four times a
+//                                        second: a flush can outlast the sender's patience
 //   receiver -> ok                       once the file has its final name, or error(reason)
 //
 // An error before the data starts refuses that request only; one during the data ends the
