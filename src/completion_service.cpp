@@ -78,17 +78,19 @@ void completion_engine::start() {
   }
 }
 
+// The state says "waiting" only once the wait is registered: async_wait may throw (bad_alloc),
+// and a loop marked waiting with nothing to wake it would never poll again.
 void completion_engine::wait_for_event() {
   if (closed_) return;  // a poll just before failed (fail_cq): the descriptor is released
-  waiting_ = true;
-  ++waits_;
-  if (watch_timer_ && !watching_) watch();
   descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
                             if (ec || !self->current(loop)) return;
                             self->waiting_ = false;
                             self->on_event();
                           });
+  waiting_ = true;
+  ++waits_;
+  if (watch_timer_ && !watching_) watch();
 }
 
 void completion_engine::abandon_wait() noexcept {
@@ -130,13 +132,14 @@ void completion_engine::stop_watch() noexcept {
 // ticks while the loop runs, and a tick checks a wait only if it is the one that stood at the
 // tick before.
 void completion_engine::watch() {
-  watching_ = true;
   waits_at_tick_ = waits_;
   watch_timer_->expires_after(options.lost_event_check);
   watch_timer_->async_wait(
-      [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
+      [self = shared_from_this(), round = watch_round_ + 1](const boost::system::error_code& ec) {
         if (!ec && round == self->watch_round_) self->on_watch_tick();
       });
+  ++watch_round_;
+  watching_ = true;
 }
 
 void completion_engine::on_watch_tick() {
@@ -385,10 +388,7 @@ void completion_engine::fail_cq() noexcept {
   for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->discard_at_shutdown();
   // An adopted queue's QP may be one that refused RESET, or gone: what it holds may still be
   // written, so its requests stay the device's, leaked (their owner went before them).
-  while (posting_queue* q = find_adopted(nullptr)) {
-    q->adopted_ = false;
-    leak(std::unique_ptr<posting_queue>(q));
-  }
+  end_adopted(adopted_end::leak);
   // Deferred completions: no handler runs here, so the list of queues stays as it is.
   for (posting_queue* q = queues_; q != nullptr; q = q->next_) q->abort_all(EIO);
   shutdown();
@@ -422,14 +422,18 @@ void completion_engine::shutdown() noexcept {
     while (ibv_get_cq_event(channel->native_handle(), &cq_out, &context) == 0) ++events;
     cq.acknowledge(events);
   }
-  // Nothing polls now. Each adopted queue holds this engine (whoever called holds it too). The
-  // list is looked up afresh each time: destroying a handler may destroy queue pairs.
+  // Nothing polls now. Each adopted queue holds this engine (whoever called holds it too).
+  end_adopted(adopted_end::abort);
+}
+
+// The list is looked up afresh each time: destroying a handler may destroy queue pairs.
+void completion_engine::end_adopted(adopted_end how) noexcept {
   while (posting_queue* q = find_adopted(nullptr)) {
     q->adopted_ = false;
     std::unique_ptr<posting_queue> owned(q);
     // An SRQ that a QP still uses (one that outlives its service, which it must not) may
     // still take messages into those buffers: they stay the device's, leaked.
-    if (!owned->destroy_srq()) {
+    if (how == adopted_end::leak || !owned->destroy_srq()) {
       leak(std::move(owned));
       continue;
     }

@@ -1,7 +1,6 @@
 // One connection's control messages, and how its failures read to a user.
 #pragma once
 
-#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>

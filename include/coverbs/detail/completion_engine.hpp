@@ -98,6 +98,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void start();
   /// The first adopted queue, or the first that owns `srq` where one is named; null if none.
   posting_queue* find_adopted(const ibv_srq* srq) const noexcept;
+  /// How end_adopted ends the adopted queues: `leak` all of them (the device may still write
+  /// into their buffers), or `abort` their requests, leaking only those whose SRQ is still used.
+  enum class adopted_end { leak, abort };
+  void end_adopted(adopted_end how) noexcept;
   void wait_for_event();
   /// Ends the standing wait: its handler gets operation_aborted and does nothing.
   void abandon_wait() noexcept;

@@ -45,23 +45,31 @@ template <class Handler>
 constexpr bool tracks_handler_work =
     has_own_executor<Handler> &&
     !std::is_same_v<boost::asio::associated_executor_t<Handler>, boost::asio::any_io_executor>;
-/// The work a pending operation counts on its handler's own executor (see handler_work).
+/// The work a pending operation counts on its handler's own executor (see handler_work), if
+/// any: nothing where tracks_handler_work is false.
 template <class Handler>
-using handler_work_for = handler_work<boost::asio::associated_executor_t<Handler>>;
+using handler_work_for =
+    std::conditional_t<tracks_handler_work<Handler>,
+                       handler_work<boost::asio::associated_executor_t<Handler>>, no_associated_executor>;
+template <class Handler>
+handler_work_for<Handler> track_handler_work(const Handler& handler, const boost::asio::any_io_executor& ex) {
+  if constexpr (tracks_handler_work<Handler>) {
+    return {boost::asio::get_associated_executor(handler), ex};
+  } else {
+    return {};
+  }
+}
 
 /// What a stored or posted handler keeps of the I/O executor: where the handler has an
 /// executor of its own, which is all it needs to run (copying and moving an any_io_executor is
 /// much of what storing a small handler costs), only the work counted on that executor, if any.
 template <class Handler>
-using io_executor_for = std::conditional_t<
-    tracks_handler_work<Handler>, handler_work_for<Handler>,
-    std::conditional_t<has_own_executor<Handler>, no_associated_executor, boost::asio::any_io_executor>>;
+using io_executor_for =
+    std::conditional_t<has_own_executor<Handler>, handler_work_for<Handler>, boost::asio::any_io_executor>;
 template <class Handler>
 io_executor_for<Handler> keep_io_executor(const Handler& handler, const boost::asio::any_io_executor& ex) {
-  if constexpr (tracks_handler_work<Handler>) {
-    return {boost::asio::get_associated_executor(handler), ex};
-  } else if constexpr (has_own_executor<Handler>) {
-    return {};
+  if constexpr (has_own_executor<Handler>) {
+    return track_handler_work(handler, ex);
   } else {
     return ex;
   }

@@ -99,22 +99,13 @@ class wr_operation final : public operation {
   };
 
   /// The work counted on the handler's own executor, if it has one (see handler_work).
-  using work_type =
-      std::conditional_t<tracks_handler_work<Handler>, handler_work_for<Handler>, no_associated_executor>;
+  using work_type = handler_work_for<Handler>;
 
   wr_operation(Handler&& handler, const boost::asio::any_io_executor& io_executor)
       : operation(&do_complete, &do_destroy),
         handler_(std::move(handler)),
         io_executor_(io_executor),
-        work_(make_work(handler_, io_executor)) {}
-
-  static work_type make_work(const Handler& handler, const boost::asio::any_io_executor& io_executor) {
-    if constexpr (tracks_handler_work<Handler>) {
-      return {boost::asio::get_associated_executor(handler), io_executor};
-    } else {
-      return {};
-    }
-  }
+        work_(track_handler_work(handler_, io_executor)) {}
 
   // What release() hands back. The work goes first, after the handler has been handed over.
   struct contents_type {
