@@ -183,8 +183,14 @@ void acceptor_impl::close() {
   closed_ = true;
   cancel();
   // Handshakes for the next accept here, too: a client stopped half-way would hold this
-  // context's run() until rdma_cm gave up on it.
-  while (!handshakes_.empty()) abandon(handshakes_.begin());
+  // context's run() until rdma_cm gave up on it. One that still has its accept is one whose
+  // result is on its way (cancel aborted the others): it stays, so that its accept ends when
+  // that result comes (operation_aborted, as closed_ has it), not with its handler destroyed.
+  for (auto at = handshakes_.begin(); at != handshakes_.end();) {
+    const auto next = std::next(at);
+    if (!at->taker) abandon(at);
+    at = next;
+  }
   // Connections nobody took are refused (or closed), not dropped: their clients would wait.
   for (auto& a : arrived_) {
     error_code ignored;
@@ -439,14 +445,14 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
   link->owner = shared_from_this();
   link->report_to = tracked(executor_);
   link->where = where;
-  const bool limited = taker.has_value();
   const auto at = handshakes_.insert(handshakes_.end(), handshake{std::move(taker), std::nullopt, link});
-  if (limited) {
-    at->deadline.emplace(executor_, handshake_limit);
-    at->deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
-      if (!ec) self->handshake_expired(which);
-    });
-  }
+  // Every handshake has its limit: one for the next accept here holds nobody up, but a client
+  // stopped half-way would hold its queue pair and receive pool, and keep this context from
+  // running out of work, until rdma_cm gave up on it (about 77 s on rxe).
+  at->deadline.emplace(executor_, handshake_limit);
+  at->deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
+    if (!ec) self->handshake_expired(which);
+  });
   asio::dispatch(link->where, [link, a = std::move(a), options = options_]() mutable {
     build(link, std::move(a), options);
   });
@@ -528,19 +534,19 @@ acceptor_impl::handshake_list::iterator acceptor_impl::find_handshake(
                       [&link](const handshake& h) { return h.link == link; });
 }
 
-// A client that stopped half-way: it is rejected, and its accept takes the next one. A result
-// already on its way is taken instead. (The deadline's handler holds this.)
+// A client that stopped half-way: it is rejected, and its accept, if it has one, takes the
+// next one. A result already on its way is taken instead. (The deadline's handler holds this.)
 void acceptor_impl::handshake_expired(const std::weak_ptr<handshake_link>& which) {
   const auto link = which.lock();
   if (!link) return;  // its handshake has ended
   const auto at = find_handshake(link);
-  if (at == handshakes_.end() || !at->taker) return;
+  if (at == handshakes_.end()) return;
   const detached how = detach(*link);
   if (how == detached::too_late) return;
-  waiter w = std::move(*at->taker);
+  std::optional<waiter> taker = std::move(at->taker);
   handshakes_.erase(at);
   give_up(link, how);
-  requeue(std::move(w));
+  if (taker) requeue(std::move(*taker));
 }
 
 void acceptor_impl::handshake_done(const std::shared_ptr<handshake_link>& link, error_code ec,

@@ -32,8 +32,9 @@ namespace coverbs::detail {
 ///   executor, so that several handshakes overlap and a client that never completes one
 ///   holds up nobody; the connection goes to the first such accept;
 /// - for an accept onto another executor, for that accept alone, built on its executor;
-///   while the handshake lasts, the accept waits for it, for `handshake_limit` at most: a
-///   client that stops half-way is then rejected and the accept takes the next one.
+///   while the handshake lasts, the accept waits for it.
+/// A handshake lasts `handshake_limit` at most: a client that stops half-way is then rejected
+/// (and an accept waiting for it takes the next one).
 /// Everything here runs on the acceptor's executor, except the building, which runs on the
 /// socket's and reports back, keeping the acceptor's context from running out of work
 /// meanwhile. A handshake given up on (its accept cancelled or out of time, the acceptor

@@ -149,6 +149,80 @@ inline void closing_the_acceptor_aborts_a_stalled_handshake(accept_onto where) {
   contexts.expect_both_run_dry(std::chrono::seconds(20));
 }
 
+/// A stalled client's handshake for whichever accept on the acceptor's own executor comes first
+/// is given up on after the limit too: once cancel() leaves no accept waiting, both contexts
+/// run dry within it, not when rdma_cm gives up on the client (about 77 s on rxe).
+inline void a_stalled_handshake_for_the_next_accept_is_given_up_on() {
+  two_contexts contexts;
+  boost::asio::io_context stalled_io;
+  const socket_options options{.kind = transport::rdma};
+  acceptor listener(contexts.io, {rdma_address(), 0}, options);
+  stalled_client stalled(stalled_io, listener.local_endpoint(), options);
+  std::optional<error_code> accept_ec;
+  listener.async_accept([&](error_code ec, socket) { accept_ec = ec; });
+  contexts.drive([] { return false; }, std::chrono::seconds(3));  // the stalled request is answered
+  BOOST_TEST(!accept_ec.has_value());
+  listener.cancel();
+  BOOST_REQUIRE(contexts.drive([&] { return accept_ec.has_value(); }, std::chrono::seconds(5)));
+  BOOST_TEST((*accept_ec == boost::asio::error::operation_aborted), accept_ec->message());
+  contexts.expect_both_run_dry(std::chrono::seconds(30));
+}
+
+/// An accept onto another context whose connection is made there, its result posted back to
+/// the acceptor's context but not yet run there, when the acceptor closes: the accept still
+/// ends, with operation_aborted (its handler was destroyed uncalled), and the connection made
+/// for it is closed.
+inline void closing_the_acceptor_with_an_accepted_connection_on_its_way_ends_the_accept() {
+  two_contexts contexts;
+  boost::asio::io_context client_io;
+  const socket_options options{.kind = transport::rdma};
+  acceptor listener(contexts.io, {rdma_address(), 0}, options);
+  std::optional<error_code> accept_ec;
+  listener.async_accept(contexts.worker.get_executor(), [&](error_code ec, socket) { accept_ec = ec; });
+  socket client(client_io, options);
+  std::optional<error_code> connected;
+  client.async_connect(listener.local_endpoint(), [&](error_code ec) { connected = ec; });
+  // Runs `which` (and the client) until `done` or `limit`.
+  const auto drive = [&](boost::asio::io_context& which, const auto& done, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      for (auto* context : {&which, &client_io}) {
+        if (context->stopped()) context->restart();
+      }
+      if (which.poll() + client_io.poll() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  // The request arrives here and is answered on the worker, which does not run yet.
+  drive(
+      contexts.io, [] { return false; }, std::chrono::milliseconds(1000));
+  BOOST_REQUIRE(!connected.has_value());
+  // The worker makes the connection; its result is posted to the acceptor's context.
+  drive(
+      contexts.worker, [&] { return connected.has_value(); }, std::chrono::milliseconds(30000));
+  BOOST_REQUIRE(connected.has_value());
+  BOOST_TEST(!*connected, connected->message());
+  drive(
+      contexts.worker, [] { return false; }, std::chrono::milliseconds(300));  // its ESTABLISHED
+  BOOST_TEST(!accept_ec.has_value());
+  listener.close();
+  BOOST_REQUIRE_MESSAGE(contexts.drive([&] { return accept_ec.has_value(); }, std::chrono::seconds(5)),
+                        "the accept never ended");
+  BOOST_TEST((*accept_ec == boost::asio::error::operation_aborted), accept_ec->message());
+  // The connection nobody took is closed: the client reads its end.
+  char byte = 0;
+  std::optional<error_code> read;
+  client.async_read_some(boost::asio::buffer(&byte, 1), [&](error_code ec, std::size_t) { read = ec; });
+  drive(
+      contexts.worker, [&] { return read.has_value(); }, std::chrono::milliseconds(30000));
+  BOOST_REQUIRE(read.has_value());
+  BOOST_TEST((*read == boost::asio::error::eof || *read == boost::asio::error::connection_reset),
+             read->message());
+  client.close();
+  client_io.restart();
+  client_io.run_for(std::chrono::seconds(1));
+  contexts.expect_both_run_dry(std::chrono::seconds(20));
+}
+
 /// A client whose handshake asks for a receive pool of 1 TiB (each field in range) is refused
 /// before any connection is made: the server would have to allocate and register that much to
 /// send into it (std::bad_alloc escaped from its io_context::run). The accept takes the next

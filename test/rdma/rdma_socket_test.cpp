@@ -74,6 +74,12 @@ BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
     }
   }
 }
+BOOST_AUTO_TEST_CASE(a_stalled_handshake_for_the_next_accept_is_given_up_on) {
+  test::a_stalled_handshake_for_the_next_accept_is_given_up_on();
+}
+BOOST_AUTO_TEST_CASE(closing_the_acceptor_with_an_accepted_connection_on_its_way_ends_the_accept) {
+  test::closing_the_acceptor_with_an_accepted_connection_on_its_way_ends_the_accept();
+}
 BOOST_AUTO_TEST_CASE(client_asking_for_too_large_a_pool_is_refused) {
   test::client_asking_for_too_large_a_pool_is_refused();
 }
