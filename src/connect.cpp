@@ -12,6 +12,7 @@
 #include <boost/system/system_error.hpp>
 #include <chrono>
 
+#include "coverbs/cm/event_service.hpp"
 #include "coverbs/detail/handshake.hpp"
 #include "coverbs/detail/tcp_stream.hpp"
 #include "coverbs/socket.hpp"
@@ -201,6 +202,18 @@ bool falls_back(const error_code& ec) {
          ec == make_error_code(errc::no_device);
 }
 
+// A machine may show devices whose rdma_cm cannot be used (its device node missing or not
+// allowed, as in a container given only the verbs device): there, as for the acceptor, the
+// automatic transport is TCP. The context's event service is made once; a failure leaves none.
+bool rdma_cm_usable(const asio::any_io_executor& executor) {
+  try {
+    (void)asio::use_service<cm::event_service>(asio::query(executor, asio::execution::context));
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
 asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, connect_setup setup,
                                         socket_options options) {
   // Over TCP too: the same options mean the same on either transport.
@@ -213,7 +226,8 @@ asio::awaitable<connection> connect_any(asio::ip::tcp::endpoint peer, connect_se
     case transport::automatic: break;
   }
   error_code rdma_error;
-  if (!verbs::device::names().empty()) {
+  const asio::any_io_executor executor = co_await asio::this_coro::executor;
+  if (!verbs::device::names().empty() && rdma_cm_usable(executor)) {
     try {
       co_return co_await connect_rdma(peer, setup.local, options);
     } catch (const boost::system::system_error& e) {
