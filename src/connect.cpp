@@ -74,9 +74,9 @@ void watch_rdma_connection(const std::shared_ptr<rdma_stream>& stream) {
   res.id.async_wait_disconnected([weak](error_code) {
     if (auto s = weak.lock()) s->peer_disconnected();
   });
-  rdma_cm_id* native = res.id.native_handle();
-  // rdma_disconnect is immediate on an id with an event channel; the peer sees DISCONNECTED.
-  stream->on_close([native] { rdma_disconnect(native); });
+  // Immediate on an id with an event channel; the peer sees DISCONNECTED. The id lives as long
+  // as the stream's resources.
+  stream->on_close([id = &res.id] { id->disconnect(); });
 }
 
 connection finish_rdma_connection(const std::shared_ptr<rdma_stream>& stream, stream_geometry peer,

@@ -193,10 +193,19 @@ verbs::queue_pair id::create_queue_pair(completion_service& service, const verbs
   return verbs::queue_pair::adopt(state_->cm->qp, verbs::granted(options, attr));
 }
 
+// Under the lock of the calls on the id: the event loop, on another thread of the context,
+// may be answering the peer's disconnect, which moves this QP to ERROR.
 void id::destroy_queue_pair() noexcept {
   if (!state_ || !state_->has_qp) return;
+  const auto lock = detail::lock_calls(*state_);
   rdma_destroy_qp(state_->cm);
   state_->has_qp = false;
+}
+
+void id::disconnect() noexcept {
+  if (!state_) return;
+  const auto lock = detail::lock_calls(*state_);
+  if (!state_->disconnect_sent.exchange(true)) rdma_disconnect(state_->cm);
 }
 
 std::span<const std::byte> id::peer_private_data() const noexcept {
@@ -311,6 +320,7 @@ id::step id::request_steps::next(detail::id_state&, detail::event_record& e) {
 
 id::step id::disconnect_steps::start(detail::id_state& s) {
   // Already sent, or the event loop answered the peer's disconnect: just wait for the event.
+  const auto lock = detail::lock_calls(s);
   if (!s.disconnect_sent.exchange(true) && rdma_disconnect(s.cm) != 0) {
     return {errno == EINVAL ? error_code(error::not_connected) : errno_code()};
   }

@@ -87,6 +87,9 @@ class id {
                                       const verbs::queue_pair_options& options = {});
   /// Destroys the QP now (the async_queue_pair using it must be gone). Idempotent.
   void destroy_queue_pair() noexcept;
+  /// Disconnects now, without waiting for the event (the QP moves to ERROR): once per id, the
+  /// answer to a peer's disconnect included. For a close that cannot wait.
+  void disconnect() noexcept;
 
   /// What the peer sent: the request's private data on a request id, the accept's after
   /// `async_connect`, the reject's after a refused one. Padded by the CM to its message room
