@@ -34,7 +34,7 @@ struct slow_reader_setup {
 };
 
 /// A writer far faster than its reader: its writes wait (none fails), the bytes it is ahead
-/// stay under `ahead_limit` while it writes `total` bytes, resident memory grows by less than
+/// stay under `ahead_limit` while it writes `total` bytes, the live heap grows by less than
 /// `ahead_limit`, and the reader gets every byte in order.
 void slow_reader_holds_the_writer_back(transport kind, const slow_reader_setup& setup,
                                        std::chrono::seconds limit);

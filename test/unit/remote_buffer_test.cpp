@@ -2,6 +2,7 @@
 #include <random>
 #include <vector>
 
+#include "coverbs/detail/little_endian.hpp"
 #include "coverbs/error.hpp"
 #include "coverbs/remote_buffer.hpp"
 
@@ -49,15 +50,32 @@ BOOST_AUTO_TEST_CASE(rejects_malformed_bytes_and_leaves_output_alone) {
   expect_rejected({});
 }
 
+// Half the well-formed samples put the address within 2^33 of the top, where about one in four
+// ranges wraps: uniform addresses would wrap about once in 2^32 samples, never here.
 BOOST_AUTO_TEST_CASE(random_bytes_never_parse_into_a_wrapping_range) {
   std::mt19937_64 rng(42);
+  std::size_t parsed = 0, wrapping = 0;
   for (int i = 0; i < 100000; ++i) {
     std::array<std::byte, remote_buffer::wire_size> bytes;
     for (auto& b : bytes) b = static_cast<std::byte>(rng());
-    if (i % 2 == 0) bytes[0] = std::byte{1}, bytes[1] = bytes[2] = bytes[3] = std::byte{0};
+    if (i % 2 == 0) {
+      bytes[0] = std::byte{1}, bytes[1] = bytes[2] = bytes[3] = std::byte{0};
+      if (i % 4 == 0) coverbs::detail::put_le(bytes.data() + 4, ~0ull - rng() % (1ull << 33));
+    }
+    const auto address = coverbs::detail::get_le<std::uint64_t>(bytes.data() + 4);
+    const auto length = coverbs::detail::get_le<std::uint32_t>(bytes.data() + 16);
+    const bool wraps = address + length < address;
     remote_buffer out;
-    if (!remote_buffer::parse(bytes, out)) BOOST_TEST(out.address + out.length >= out.address);
+    if (!remote_buffer::parse(bytes, out)) {
+      ++parsed;
+      BOOST_TEST(!wraps);
+      BOOST_TEST(out.address + out.length >= out.address);
+    } else if (i % 2 == 0 && wraps) {
+      ++wrapping;
+    }
   }
+  BOOST_TEST(parsed > 10000u);
+  BOOST_TEST(wrapping > 1000u);  // the rule was put to the test
 }
 
 BOOST_AUTO_TEST_CASE(contains_checks_bounds_without_overflow) {
