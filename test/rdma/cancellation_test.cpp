@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "async_pair.hpp"
+#include "poll_shim.hpp"
 
 namespace asio = boost::asio;
 using namespace coverbs;
@@ -21,6 +22,15 @@ using namespace asio::experimental::awaitable_operators;
 using coverbs::test::async_pair;
 
 BOOST_AUTO_TEST_SUITE(cancellation)
+
+// Runs `io` until `done()` (bounded).
+template <class Predicate>
+void run_until(asio::io_context& io, Predicate done) {
+  for (auto start = std::chrono::steady_clock::now();
+       !done() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30);) {
+    io.run_for(std::chrono::milliseconds(10));
+  }
+}
 
 BOOST_AUTO_TEST_CASE(cancelled_receive_completes_after_its_flush) {
   async_pair p;
@@ -107,10 +117,11 @@ BOOST_AUTO_TEST_CASE(waiting_request_is_withdrawn_without_erroring_the_queue_pai
 }
 
 BOOST_AUTO_TEST_CASE(cancel_after_the_completion_was_polled_changes_nothing) {
-  // Two writes complete before the context runs, so one poll takes both; the first one's
+  // One poll takes both writes' completions (held back until both have come); the first one's
   // handler cancels the second, whose completion is already in hand: too late, as in Asio.
   // The QP went to error here before, failing the connection for a cancel that did nothing.
   async_pair p;
+  std::optional<coverbs::test::held_completions> both(std::in_place, p.service.queue().native_handle(), 2);
   asio::cancellation_signal signal;
   std::vector<error_code> results(3, asio::error::would_block);
   async_write(p.a, p.a_mr.slice(0, 64), p.b_mr.remote(0, 64), [&](error_code ec, std::size_t) {
@@ -120,8 +131,8 @@ BOOST_AUTO_TEST_CASE(cancel_after_the_completion_was_polled_changes_nothing) {
   async_write(
       p.a, p.a_mr.slice(64, 64), p.b_mr.remote(64, 64),
       asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t) { results[1] = ec; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both done by the device
-  p.io.run_for(std::chrono::milliseconds(200));
+  run_until(p.io, [&] { return results[1] != asio::error::would_block; });
+  both.reset();
   BOOST_TEST(!results[0], results[0].message());
   BOOST_TEST(!results[1], results[1].message());
   BOOST_TEST(p.a.native().state() == IBV_QPS_RTS);
@@ -137,6 +148,7 @@ BOOST_AUTO_TEST_CASE(a_cancel_after_its_queue_pair_went_reaches_nothing) {
   // write, whose completion is in the same batch: the cancel must not reach the queue that
   // went with the queue pair (under ASan it did: heap-use-after-free).
   async_pair p;
+  const coverbs::test::held_completions both(p.service.queue().native_handle(), 2);
   auto x = std::make_unique<async_queue_pair>(p.service, p.pd);
   async_queue_pair y(p.service, p.pd);
   x->connect(y.address(p.gid), {.local_gid = p.gid});
@@ -151,8 +163,7 @@ BOOST_AUTO_TEST_CASE(a_cancel_after_its_queue_pair_went_reaches_nothing) {
   async_write(
       *x, p.a_mr.slice(64, 64), p.b_mr.remote(64, 64),
       asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::size_t) { results[1] = ec; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both done by the device
-  p.io.run_for(std::chrono::milliseconds(200));
+  run_until(p.io, [&] { return results[1] != asio::error::would_block; });
   BOOST_TEST(!x);
   BOOST_TEST(!results[0], results[0].message());
   BOOST_TEST(!results[1], results[1].message());
@@ -248,15 +259,6 @@ void round_trip(async_pair& p) {
   BOOST_TEST(done == 2);
 }
 
-// Runs `io` until `done()` (bounded).
-template <class Predicate>
-void run_until(asio::io_context& io, Predicate done) {
-  for (auto start = std::chrono::steady_clock::now();
-       !done() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30);) {
-    io.run_for(std::chrono::milliseconds(10));
-  }
-}
-
 // An RC QP of `service`'s CQ made outside coverbs (as rdma_cm makes one), in INIT state so that
 // it takes receives; from `srq` where given.
 ibv_qp* foreign_queue_pair(completion_service& service, verbs::protection_domain& pd,
@@ -282,6 +284,23 @@ struct srq_stage {
   std::vector<std::byte> mem = std::vector<std::byte>(4096);
   verbs::memory_region mr{pd, mem, verbs::access::local_write};
   late_results results;
+
+  // Waits (bounded; nothing polls meanwhile) until the message `marker` has landed in one of
+  // the receives' slots. Soft-RoCE adds its completion to the CQ in the same pass, just after
+  // the copy; the short pause covers that.
+  void wait_until_landed(const char (&marker)[5]) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto landed = [&] {
+      for (int i = 0; i < late_receives; ++i) {
+        if (std::memcmp(mem.data() + 64 * i, marker, 4) == 0) return true;
+      }
+      return false;
+    };
+    while (!landed() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    BOOST_REQUIRE_MESSAGE(landed(), "the message never landed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 };
 
 // A sender and a receiver that takes its receives from `srq`, connected, on `service`; each
@@ -401,10 +420,11 @@ BOOST_AUTO_TEST_CASE(an_srq_destroyed_with_receives_waiting_posts_none_of_them) 
     auto [srq, sender, receiver] = srq_connection(service, stage, {.max_wr = 4});
     results.post(*srq, mr);  // 4 posted, 4 waiting
     bool sent = false;
+    std::memcpy(mem.data() + 2048, "gone", 4);
     async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
     // Nothing polls meanwhile (the context does not run): the receive's completion stays in
     // the CQ until the SRQ goes, which polls it, freeing a slot of the destroyed SRQ.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stage.wait_until_landed("gone");
     receiver.reset();
     srq.reset();
     run_until(io, [&] { return sent && results.ended() == late_receives; });
@@ -429,7 +449,7 @@ BOOST_AUTO_TEST_CASE(a_receive_taken_from_an_srq_ends_with_its_message_when_its_
     results.post(*srq, mr);
     bool sent = false;
     async_send(sender, mr.slice(2048, 4), [&](error_code ec, std::size_t) { sent = !ec; });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // nothing polls meanwhile
+    stage.wait_until_landed("late");  // nothing polls meanwhile
     receiver.reset();
     run_until(io, [&] { return sent && results.ended() == 1; });
     BOOST_TEST_REQUIRE(results.ended() == 1);

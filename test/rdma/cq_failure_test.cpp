@@ -6,6 +6,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include <rdma/rdma_cma.h>
@@ -15,6 +16,7 @@
 
 #include "async_pair.hpp"
 #include "connected_pair.hpp"
+#include "poll_shim.hpp"
 
 namespace asio = boost::asio;
 namespace data = boost::unit_test::data;
@@ -31,36 +33,26 @@ inline std::ostream& operator<<(std::ostream& os, polling_mode m) {
 namespace {
 
 // While it lives, every poll of `cq` fails (of every CQ of `context` where `cq` is null), or
-// only the next `failures` of them; the others poll as before. ibv_poll_cq calls the provider
-// through its context's ops, which the test swaps.
+// only the next `failures` of them; the others poll as before.
 class failing_polls {
  public:
   explicit failing_polls(ibv_cq* cq, int failures = -1) : failing_polls(cq->context, cq, failures) {}
-  failing_polls(ibv_context* context, ibv_cq* cq, int failures = -1)
-      : context_(context), saved_(context->ops.poll_cq) {
+  failing_polls(ibv_context* context, ibv_cq* cq, int failures = -1) : swap_(context, &poll) {
     failures_left = failures;
     target = cq;
-    original = saved_;
-    context_->ops.poll_cq = &poll;
   }
-  ~failing_polls() { context_->ops.poll_cq = saved_; }
-  failing_polls(const failing_polls&) = delete;
-  failing_polls& operator=(const failing_polls&) = delete;
 
  private:
-  using poll_fn = int (*)(ibv_cq*, int, ibv_wc*);
   static int poll(ibv_cq* cq, int entries, ibv_wc* wc) {
     if ((target == nullptr || cq == target) && failures_left != 0) {
       if (failures_left > 0) --failures_left;
       return -1;
     }
-    return original(cq, entries, wc);
+    return coverbs::test::swapped_poll_cq::original(cq, entries, wc);
   }
   static inline ibv_cq* target = nullptr;
   static inline int failures_left = -1;  ///< negative: all
-  static inline poll_fn original = nullptr;
-  ibv_context* context_;
-  poll_fn saved_;
+  coverbs::test::swapped_poll_cq swap_;
 };
 
 // Runs `io` until `done()` holds, within a bound; an exception leaving run fails the test.
@@ -116,9 +108,16 @@ BOOST_AUTO_TEST_CASE(a_cq_whose_poll_failed_is_not_polled_again) {
   std::optional<error_code> received;
   std::optional<error_code> sent;
   async_receive(p.b, p.b_mr.slice(0, 64), [&](error_code ec, std::size_t) { received = ec; });
+  std::memcpy(p.a_mem.data(), "marked message", 15);
   async_send(p.a, p.a_mr.slice(0, 16), [&](error_code ec, std::size_t) { sent = ec; });
-  // Posted and, while the context does not run, not polled: the device completes them meanwhile.
-  std::this_thread::sleep_for(200ms);
+  // Posted and, while the context does not run, not polled: the device completes them meanwhile
+  // (the receive's with the message's landing, the send's with the acknowledgement after it).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::memcmp(p.b_mem.data(), "marked message", 15) != 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  BOOST_REQUIRE_MESSAGE(std::memcmp(p.b_mem.data(), "marked message", 15) == 0, "the message never landed");
+  std::this_thread::sleep_for(50ms);
   {
     const failing_polls failing(p.service.queue().native_handle(), 1);  // the next poll only
     run_until(p.io, [&] { return received && sent; });

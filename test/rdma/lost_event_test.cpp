@@ -47,14 +47,17 @@ struct lost_exchange {
   bool sent = false;
 
   explicit lost_exchange(async_pair& pair) : p(pair) {
+    const std::size_t arms = p.service.arms();
     async_receive(p.b, p.b_mr.slice(0, 64), [this](error_code ec, std::size_t n) {
       BOOST_TEST(!ec);
       BOOST_TEST(n == 16u);
       received = true;
     });
     // Adaptive mode spins first: the wait must stand (the CQ armed) before the send.
-    p.io.run_for(20ms);
+    const auto deadline = clock_type::now() + 10s;
+    while (p.service.arms() == arms && clock_type::now() < deadline) p.io.run_one_for(10ms);
     p.io.restart();
+    BOOST_REQUIRE_MESSAGE(p.service.arms() > arms, "the loop never armed the CQ");
     BOOST_REQUIRE(!received);
     async_send(p.a, p.a_mr.slice(0, 16), [this](error_code ec, std::size_t) {
       BOOST_TEST(!ec);

@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(shutdown_receive_ends_reads) {
 // still has to send once its timeout has passed, and the flush then ends every request.
 BOOST_AUTO_TEST_CASE(close_gives_up_on_a_peer_that_takes_nothing) {
   rdma_socket_pair p({}, polling_mode::event, test::peer_context::own, false);
-  static_cast<detail::rdma_stream&>(*p.a.impl()).set_close_timeout(std::chrono::milliseconds(1500));
+  static_cast<detail::rdma_stream&>(*p.a.impl()).set_close_timeout(std::chrono::milliseconds(3000));
   test::run_coroutine(p.io, [&]() -> asio::awaitable<void> {
     const std::array<char, 100> data{};
     co_await asio::async_write(p.a, asio::buffer(data), asio::use_awaitable);  // copied: done at once
@@ -118,8 +118,8 @@ BOOST_AUTO_TEST_CASE(close_gives_up_on_a_peer_that_takes_nothing) {
   BOOST_TEST(p.service->outstanding() == 0u);
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - closed_at);
-  BOOST_TEST(waited.count() >= 1500);
-  BOOST_TEST(waited.count() < 5000);  // its own timeout, not the default 10 s
+  BOOST_TEST(waited.count() >= 3000);
+  BOOST_TEST(waited.count() < 8000);  // its own timeout, not the default 10 s
 }
 
 // A peer gone without a word (its QP in error and its context never run, as a crashed host's):

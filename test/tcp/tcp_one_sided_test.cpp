@@ -280,6 +280,10 @@ static std::size_t fill_the_socket(raw_peer& p, std::vector<std::byte>& chunk, o
     p.a.async_write_some(asio::buffer(chunk), record(write));
     p.io.restart();
     p.io.run_for(std::chrono::milliseconds(100));
+    if (!write.done) {  // stalled, or only slow (a loaded machine): a second more tells
+      p.io.restart();
+      p.io.run_for(std::chrono::seconds(1));
+    }
   }
   BOOST_TEST_REQUIRE(!write.done, "the socket's buffers never filled");
   return writes;
@@ -359,8 +363,10 @@ BOOST_AUTO_TEST_CASE(write_in_parts_stops_at_deregistration) {
                           std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
       bytes.insert(bytes.end(), payload.begin(), payload.end());
       p.send_bytes(std::span(bytes).first(wire::header_size + first_part));
-      p.io.restart();
-      p.io.run_for(std::chrono::milliseconds(200));  // the first part arrives and is written
+      // The first part arrives and is written.
+      run_until_done(
+          p.io, [&] { return std::equal(memory.begin(), memory.begin() + first_part, payload.begin()); },
+          std::chrono::seconds(10));
       BOOST_TEST(std::equal(memory.begin(), memory.begin() + first_part, payload.begin()));
       if (deregister) region.reset();
       p.send_bytes(std::span(bytes).subspan(wire::header_size + first_part));
