@@ -70,12 +70,13 @@ BOOST_AUTO_TEST_CASE(closing_the_acceptor_aborts_a_stalled_handshake) {
   for (const auto where :
        {test::accept_onto::own_executor, test::accept_onto::strand, test::accept_onto::other_context}) {
     BOOST_TEST_CONTEXT("accept onto " << static_cast<int>(where)) {
-      test::closing_the_acceptor_aborts_a_stalled_handshake(where);
+      test::ending_the_accept_gives_up_a_stalled_handshake(where, test::accept_ended_by::close);
     }
   }
 }
 BOOST_AUTO_TEST_CASE(a_stalled_handshake_for_the_next_accept_is_given_up_on) {
-  test::a_stalled_handshake_for_the_next_accept_is_given_up_on();
+  test::ending_the_accept_gives_up_a_stalled_handshake(test::accept_onto::own_executor,
+                                                       test::accept_ended_by::cancel);
 }
 BOOST_AUTO_TEST_CASE(closing_the_acceptor_with_an_accepted_connection_on_its_way_ends_the_accept) {
   test::closing_the_acceptor_with_an_accepted_connection_on_its_way_ends_the_accept();
