@@ -196,15 +196,40 @@ void completion_engine::after_wait(op_queue& done, std::size_t found) {
   const std::size_t late = collect(done);
   const bool spin_again = options.mode == polling_mode::adaptive && found + late > 0;
   if (spin_again) learn((found > 0 ? woke : std::chrono::steady_clock::now()) - spin_start_);
-  if (outstanding_ == 0) {
-    go_idle_after_step();
-  } else if (spin_again || !armed) {
-    empty_polls_ = 0;
-    poll_soon();
-  } else {
-    // Nothing came: an event raised by a completion that a spin after an earlier arming took
-    // (the CQ stays armed while adaptive mode spins). No wait ended here; sleep again.
-    wait_for_event();
+  end_step(done, [&] {
+    if (outstanding_ == 0) {
+      go_idle_after_step();
+    } else if (spin_again || !armed) {
+      empty_polls_ = 0;
+      poll_soon();
+    } else {
+      // Nothing came: an event raised by a completion that a spin after an earlier arming took
+      // (the CQ stays armed while adaptive mode spins). No wait ended here; sleep again.
+      wait_for_event();
+    }
+  });
+}
+
+// Scheduling the next step allocates (the posted step, the wait's operation). Should that
+// throw, the step must not end with the loop marked in its step and nothing to come: whatever
+// was registered is made stale, the loop polls on (or, if even that cannot be posted, goes
+// idle, and the next request starts it again), and what the step found still runs before the
+// exception leaves run().
+template <class Choose>
+void completion_engine::end_step(op_queue& done, Choose choose) {
+  try {
+    choose();
+  } catch (...) {
+    in_step_ = false;
+    ++loop_;
+    if (descriptor_) abandon_wait();
+    try {
+      poll_soon();
+    } catch (...) {
+      go_idle();
+    }
+    run_handlers(done);
+    throw;
   }
   in_step_ = false;
   run_handlers(done);
@@ -272,19 +297,19 @@ void completion_engine::on_poll_step() {
       options.mode == polling_mode::event || (options.mode == polling_mode::adaptive && spin_over(found));
   // What was found runs before the next step is posted, which would otherwise come first.
   if (found && !run_handlers_in_step(done, loop)) return;
-  if (outstanding_ == 0) {
-    go_idle_after_step();
-  } else if (!may_sleep || !arm()) {
-    poll_soon();
-  } else if (collect(done) == 0) {
-    wait_for_event();
-  } else {
-    if (options.mode == polling_mode::adaptive) learn(last_reading_ - spin_start_);
-    empty_polls_ = 0;
-    poll_soon();
-  }
-  in_step_ = false;
-  run_handlers(done);
+  end_step(done, [&] {
+    if (outstanding_ == 0) {
+      go_idle_after_step();
+    } else if (!may_sleep || !arm()) {
+      poll_soon();
+    } else if (collect(done) == 0) {
+      wait_for_event();
+    } else {
+      if (options.mode == polling_mode::adaptive) learn(last_reading_ - spin_start_);
+      empty_polls_ = 0;
+      poll_soon();
+    }
+  });
 }
 
 void completion_engine::poll_soon() {

@@ -146,6 +146,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   /// posts fail at once with EIO.
   void fail_cq() noexcept;
   static void run_handlers(op_queue& done);
+  /// Ends a step: `choose()` schedules the next one, then what the step found runs. A throw
+  /// from the scheduling leaves the loop polling on (see the definition).
+  template <class Choose>
+  void end_step(op_queue& done, Choose choose);
   /// Runs `done` inside a step of loop `loop`; false (and the step is over) if a handler
   /// closed the engine meanwhile.
   bool run_handlers_in_step(op_queue& done, std::uint64_t loop);
