@@ -20,9 +20,9 @@ namespace coverbs::detail {
 namespace asio = boost::asio;
 
 namespace {
-// How long an accept onto another executor waits for its client's handshake: well past a
-// round trip and rdma_cm's first resend of its reply (about 4 s), well short of its giving up
-// (about a minute), which would hold up every accept behind it until then.
+// How long a client's handshake may take: well past a round trip and rdma_cm's first resend of
+// its reply (about 4 s), well short of its giving up (about a minute), which would hold up an
+// accept onto another executor, and hold the connection's resources, until then.
 constexpr std::chrono::seconds handshake_limit{10};
 
 // The acceptor's executor, counting as work of its context until the result of building a
@@ -445,14 +445,21 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
   link->owner = shared_from_this();
   link->report_to = tracked(executor_);
   link->where = where;
-  const auto at = handshakes_.insert(handshakes_.end(), handshake{std::move(taker), std::nullopt, link});
   // Every handshake has its limit: one for the next accept here holds nobody up, but a client
   // stopped half-way would hold its queue pair and receive pool, and keep this context from
-  // running out of work, until rdma_cm gave up on it (about 77 s on rxe).
-  at->deadline.emplace(executor_, handshake_limit);
-  at->deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
-    if (!ec) self->handshake_expired(which);
-  });
+  // running out of work, until rdma_cm gave up on it (about 77 s on rxe). Armed before the
+  // handshake is listed, so that a throw leaves no handshake without one.
+  std::optional<asio::steady_timer> deadline;
+  try {
+    deadline.emplace(executor_, handshake_limit);
+    deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
+      if (!ec) self->handshake_expired(which);
+    });
+  } catch (const std::exception&) {  // as above
+    if (taker) requeue(std::move(*taker));
+    return;
+  }
+  handshakes_.push_back(handshake{std::move(taker), std::move(deadline), link});
   asio::dispatch(link->where, [link, a = std::move(a), options = options_]() mutable {
     build(link, std::move(a), options);
   });

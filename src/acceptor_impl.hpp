@@ -99,7 +99,7 @@ class acceptor_impl : public handler_holder, public std::enable_shared_from_this
   /// acceptor's executor.
   struct handshake {
     std::optional<waiter> taker;
-    std::optional<boost::asio::steady_timer> deadline;  ///< for a taker only
+    std::optional<boost::asio::steady_timer> deadline;  ///< handshake_limit from its answer
     std::shared_ptr<handshake_link> link;
   };
   using handshake_list = std::list<handshake>;
