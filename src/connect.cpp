@@ -203,14 +203,19 @@ bool falls_back(const error_code& ec) {
 }
 
 // A machine may show devices whose rdma_cm cannot be used (its device node missing or not
-// allowed, as in a container given only the verbs device): there, as for the acceptor, the
-// automatic transport is TCP. The context's event service is made once; a failure leaves none.
+// allowed, as in a container given only the verbs device): there the automatic transport is
+// TCP. Another failure (out of descriptors, say) is the connect's. The context's event service
+// is made once; a failure leaves none.
 bool rdma_cm_usable(const asio::any_io_executor& executor) {
   try {
     (void)asio::use_service<cm::event_service>(asio::query(executor, asio::execution::context));
     return true;
-  } catch (const std::system_error&) {
-    return false;
+  } catch (const std::system_error& e) {
+    const std::error_code& ec = e.code();
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::permission_denied ||
+        ec == std::errc::operation_not_permitted || ec == std::errc::no_such_device)
+      return false;
+    throw;
   }
 }
 

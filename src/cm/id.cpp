@@ -205,7 +205,9 @@ void id::destroy_queue_pair() noexcept {
 void id::disconnect() noexcept {
   if (!state_) return;
   const auto lock = detail::lock_calls(*state_);
-  if (!state_->disconnect_sent.exchange(true)) rdma_disconnect(state_->cm);
+  // A failed one (not connected) sent nothing: a later async_disconnect must see that.
+  if (!state_->disconnect_sent.exchange(true) && rdma_disconnect(state_->cm) != 0)
+    state_->disconnect_sent = false;
 }
 
 std::span<const std::byte> id::peer_private_data() const noexcept {
@@ -322,7 +324,9 @@ id::step id::disconnect_steps::start(detail::id_state& s) {
   // Already sent, or the event loop answered the peer's disconnect: just wait for the event.
   const auto lock = detail::lock_calls(s);
   if (!s.disconnect_sent.exchange(true) && rdma_disconnect(s.cm) != 0) {
-    return {errno == EINVAL ? error_code(error::not_connected) : errno_code()};
+    const error_code failed = errno == EINVAL ? error_code(error::not_connected) : errno_code();
+    s.disconnect_sent = false;
+    return {failed};
   }
   return {{}, disconnect_events};
 }

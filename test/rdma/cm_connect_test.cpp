@@ -337,6 +337,19 @@ BOOST_AUTO_TEST_CASE(cancelled_wait_lets_the_context_go_idle) {
   BOOST_TEST((std::chrono::steady_clock::now() - start < 1s));
 }
 
+BOOST_AUTO_TEST_CASE(a_disconnect_that_failed_leaves_the_next_one_to_say_so) {
+  // An id that never connected: disconnect() fails (EINVAL) and sends nothing, so a later
+  // async_disconnect must report not_connected at once, not wait for an event that never comes.
+  cm::id lone(io.get_executor());
+  lone.disconnect();
+  std::optional<error_code> result;
+  lone.async_disconnect([&](error_code ec) { result = ec; });
+  const auto start = std::chrono::steady_clock::now();
+  while (!result && std::chrono::steady_clock::now() - start < 10s) io.run_one_for(10ms);
+  BOOST_REQUIRE(result.has_value());
+  BOOST_TEST((*result == asio::error::not_connected), result->message());
+}
+
 BOOST_AUTO_TEST_CASE(destroying_an_id_aborts_its_waits_later) {
   std::optional<cm::id> doomed(io.get_executor());
   doomed->bind({asio::ip::address_v4::any(), 0});

@@ -1,7 +1,8 @@
 // A machine that shows RDMA devices but whose rdma_cm cannot be used (its device node missing or
 // not allowed, as in a container given only the verbs device): an automatic acceptor serves TCP
 // alone, and an automatic client connects over TCP too instead of failing; a client that asked
-// for RDMA gets rdma_cm's error. The test makes rdma_create_event_channel fail as it then does.
+// for RDMA, or whose rdma_cm failed otherwise, gets rdma_cm's error. The test makes
+// rdma_create_event_channel fail as it then does.
 #include <dlfcn.h>
 #include <rdma/rdma_cma.h>
 
@@ -94,6 +95,20 @@ BOOST_AUTO_TEST_CASE(no_rdma_cm_device_node) {
 
 BOOST_AUTO_TEST_CASE(rdma_cm_not_allowed) {
   automatic_connects_over_tcp(EACCES);
+}
+
+// Only a missing or forbidden rdma_cm means "no RDMA here": another failure (out of descriptors)
+// is the connect's, not a reason to go over TCP unasked.
+BOOST_AUTO_TEST_CASE(another_failure_of_rdma_cm_fails_the_connect) {
+  const rdma_cm_refusing refusing(EMFILE);
+  asio::io_context io;
+  acceptor listener(io, {test::rdma_address(), 0});
+  coverbs::socket client(io);
+  std::optional<error_code> connected;
+  client.async_connect(listener.local_endpoint(), [&](error_code ec) { connected = ec; });
+  run_until(io, [&] { return connected.has_value(); });
+  BOOST_REQUIRE(connected.has_value());
+  BOOST_TEST((*connected == std::errc::too_many_files_open), connected->message());
 }
 
 BOOST_AUTO_TEST_CASE(a_client_that_asked_for_rdma_gets_rdma_cms_error) {

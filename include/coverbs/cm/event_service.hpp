@@ -105,7 +105,8 @@ struct id_state {
 void start_wait(id_state& state, wait_op* op);
 /// Held while the id's owner calls into rdma_cm (resolve, connect, accept): librdmacm writes
 /// the rdma_cm_id's fields there and in rdma_get_cm_event on the event loop's thread, in an
-/// order that only the kernel keeps, which ThreadSanitizer cannot see. Connection set-up only.
+/// order that only the kernel keeps, which ThreadSanitizer cannot see; and while it disconnects
+/// or destroys the QP, which the event loop's answer to a peer's disconnect moves to ERROR.
 std::unique_lock<std::mutex> lock_calls(id_state& state);
 /// Withdraws `op` if it still waits, completing it with `operation_aborted`.
 void cancel_wait(id_state& state, wait_op* op) noexcept;
