@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <stdexcept>
 
 namespace coverbs::test {
 
@@ -16,10 +17,15 @@ class swapped_poll_cq {
  public:
   using poll_fn = int (*)(ibv_cq*, int, ibv_wc*);
   swapped_poll_cq(ibv_context* context, poll_fn poll) : context_(context), saved_(context->ops.poll_cq) {
+    // One at a time: a second would take the first's poll for the provider's.
+    if (original != nullptr) throw std::logic_error("swapped_poll_cq: one at a time");
     original = saved_;
     context_->ops.poll_cq = poll;
   }
-  ~swapped_poll_cq() { context_->ops.poll_cq = saved_; }
+  ~swapped_poll_cq() {
+    context_->ops.poll_cq = saved_;
+    original = nullptr;
+  }
   swapped_poll_cq(const swapped_poll_cq&) = delete;
   swapped_poll_cq& operator=(const swapped_poll_cq&) = delete;
 
@@ -31,32 +37,34 @@ class swapped_poll_cq {
 };
 
 /// While it lives, polls of `cq` find nothing until `count` completions have come, then hand
-/// them all to one poll (later polls are the provider's): a test that needs them taken in one
-/// batch gets that whatever the device's pace. The engine's polls ask for its whole batch.
+/// them over as polls ask (the engine asks for its whole batch, so one poll takes them all);
+/// once they are handed over, polls are the provider's. A test that needs completions taken in
+/// one batch gets that whatever the device's pace.
 class held_completions {
  public:
   held_completions(ibv_cq* cq, std::size_t count) : swap_(cq->context, &poll) {
     target = cq;
     wanted = std::min(count, held.size());
-    taken = 0;
-    handed = false;
+    taken = handed = 0;
   }
 
  private:
   static int poll(ibv_cq* cq, int entries, ibv_wc* wc) {
-    if (cq != target || handed) return swapped_poll_cq::original(cq, entries, wc);
-    const int n = swapped_poll_cq::original(cq, static_cast<int>(wanted - taken), held.data() + taken);
-    if (n < 0) return n;
-    taken += static_cast<std::size_t>(n);
-    if (taken < wanted || entries < static_cast<int>(taken)) return 0;
-    handed = true;
-    std::copy_n(held.begin(), taken, wc);
-    return static_cast<int>(taken);
+    if (cq != target || handed == wanted) return swapped_poll_cq::original(cq, entries, wc);
+    if (taken < wanted) {
+      const int n = swapped_poll_cq::original(cq, static_cast<int>(wanted - taken), held.data() + taken);
+      if (n < 0) return n;
+      taken += static_cast<std::size_t>(n);
+      if (taken < wanted) return 0;
+    }
+    const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(entries), wanted - handed);
+    std::copy_n(held.begin() + static_cast<std::ptrdiff_t>(handed), n, wc);
+    handed += n;
+    return static_cast<int>(n);
   }
   static inline ibv_cq* target = nullptr;
   static inline std::array<ibv_wc, 16> held{};
-  static inline std::size_t wanted = 0, taken = 0;
-  static inline bool handed = false;
+  static inline std::size_t wanted = 0, taken = 0, handed = 0;
   swapped_poll_cq swap_;
 };
 

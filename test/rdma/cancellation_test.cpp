@@ -287,7 +287,7 @@ struct srq_stage {
 
   // Waits (bounded; nothing polls meanwhile) until the message `marker` has landed in one of
   // the receives' slots. Soft-RoCE adds its completion to the CQ in the same pass, just after
-  // the copy; the short pause covers that.
+  // the copy; the pause covers that, a descheduled vCPU included.
   void wait_until_landed(const char (&marker)[5]) const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     auto landed = [&] {
@@ -299,7 +299,7 @@ struct srq_stage {
     while (!landed() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     BOOST_REQUIRE_MESSAGE(landed(), "the message never landed");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 };
 
