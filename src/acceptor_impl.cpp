@@ -447,10 +447,14 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
   link->where = where;
   // Every handshake has its limit: one for the next accept here holds nobody up, but a client
   // stopped half-way would hold its queue pair and receive pool, and keep this context from
-  // running out of work, until rdma_cm gave up on it (about 77 s on rxe). Armed before the
-  // handshake is listed, so that a throw leaves no handshake without one.
-  std::optional<asio::steady_timer> deadline;
+  // running out of work, until rdma_cm gave up on it (about 77 s on rxe). The handshake is made
+  // in a list of its own and its limit armed there; then the accept joins it and it moves into
+  // the list (splice cannot throw): a throw on the way lists no handshake without a limit, and
+  // drops no accept.
+  handshake_list made;
   try {
+    made.push_back(handshake{std::nullopt, std::nullopt, link});
+    auto& deadline = made.back().deadline;
     deadline.emplace(executor_, handshake_limit);
     deadline->async_wait([self = shared_from_this(), which = std::weak_ptr(link)](error_code ec) {
       if (!ec) self->handshake_expired(which);
@@ -459,7 +463,8 @@ void acceptor_impl::answer(std::optional<waiter> taker, rdma_arrival a) {
     if (taker) requeue(std::move(*taker));
     return;
   }
-  handshakes_.push_back(handshake{std::move(taker), std::move(deadline), link});
+  made.back().taker = std::move(taker);
+  handshakes_.splice(handshakes_.end(), made);
   asio::dispatch(link->where, [link, a = std::move(a), options = options_]() mutable {
     build(link, std::move(a), options);
   });

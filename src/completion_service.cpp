@@ -78,19 +78,25 @@ void completion_engine::start() {
   }
 }
 
-// The state says "waiting" only once the wait is registered: async_wait may throw (bad_alloc),
-// and a loop marked waiting with nothing to wake it would never poll again.
+// The state says "waiting" before the wait is registered: once it is, its handler may run on
+// another thread of the context (a request posted from outside it starts the loop there), and
+// clears it. A registration that throws (bad_alloc) clears it here instead.
 void completion_engine::wait_for_event() {
   if (closed_) return;  // a poll just before failed (fail_cq): the descriptor is released
-  descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                          [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
-                            if (ec || !self->current(loop)) return;
-                            self->waiting_ = false;
-                            self->on_event();
-                          });
   waiting_ = true;
   ++waits_;
-  if (watch_timer_ && !watching_) watch();
+  try {
+    if (watch_timer_ && !watching_) watch();
+    descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                            [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
+                              if (ec || !self->current(loop)) return;
+                              self->waiting_ = false;
+                              self->on_event();
+                            });
+  } catch (...) {
+    waiting_ = false;
+    throw;
+  }
 }
 
 void completion_engine::abandon_wait() noexcept {
@@ -113,11 +119,16 @@ void completion_engine::go_idle_after_step() {
   active_ = false;
   waiting_ = false;
   if (!watching_ || stop_posted_) return;
-  stop_posted_ = true;
-  post_unerased(executor, [self = shared_from_this()] {
-    self->stop_posted_ = false;
-    if (!self->active_) self->stop_watch();
-  });
+  stop_posted_ = true;  // before the post: its handler clears it, perhaps on another thread
+  try {
+    post_unerased(executor, [self = shared_from_this()] {
+      self->stop_posted_ = false;
+      if (!self->active_) self->stop_watch();
+    });
+  } catch (...) {
+    stop_posted_ = false;  // a post that threw must not leave it set for good
+    throw;
+  }
 }
 
 // A pending timer would keep io_context::run from returning.
@@ -132,14 +143,18 @@ void completion_engine::stop_watch() noexcept {
 // ticks while the loop runs, and a tick checks a wait only if it is the one that stood at the
 // tick before.
 void completion_engine::watch() {
+  watching_ = true;  // before the wait, as waiting_ (see wait_for_event)
   waits_at_tick_ = waits_;
-  watch_timer_->expires_after(options.lost_event_check);
-  watch_timer_->async_wait(
-      [self = shared_from_this(), round = watch_round_ + 1](const boost::system::error_code& ec) {
-        if (!ec && round == self->watch_round_) self->on_watch_tick();
-      });
-  ++watch_round_;
-  watching_ = true;
+  try {
+    watch_timer_->expires_after(options.lost_event_check);
+    watch_timer_->async_wait(
+        [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
+          if (!ec && round == self->watch_round_) self->on_watch_tick();
+        });
+  } catch (...) {
+    watching_ = false;
+    throw;
+  }
 }
 
 void completion_engine::on_watch_tick() {

@@ -204,8 +204,10 @@ bool falls_back(const error_code& ec) {
 
 // A machine may show devices whose rdma_cm cannot be used (its device node missing or not
 // allowed, as in a container given only the verbs device): there the automatic transport is
-// TCP. Another failure (out of descriptors, say) is the connect's. The context's event service
-// is made once; a failure leaves none.
+// TCP. Another failure (out of descriptors, say) is the connect's. (An automatic acceptor
+// serves TCP on any failure to make its rdma_cm listener: it tries one on every machine, and
+// must serve where there is no RDMA at all, whatever rdma_cm says there.) The context's event
+// service is made once; a failure leaves none.
 bool rdma_cm_usable(const asio::any_io_executor& executor) {
   try {
     (void)asio::use_service<cm::event_service>(asio::query(executor, asio::execution::context));
@@ -213,7 +215,8 @@ bool rdma_cm_usable(const asio::any_io_executor& executor) {
   } catch (const std::system_error& e) {
     const std::error_code& ec = e.code();
     if (ec == std::errc::no_such_file_or_directory || ec == std::errc::permission_denied ||
-        ec == std::errc::operation_not_permitted || ec == std::errc::no_such_device)
+        ec == std::errc::operation_not_permitted || ec == std::errc::no_such_device ||
+        ec == std::errc::no_such_device_or_address)
       return false;
     throw;
   }
