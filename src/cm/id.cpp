@@ -59,6 +59,17 @@ error_code rejection(int reason) {
   }
 }
 
+/// Sends the DREQ unless it went already (an earlier call, or the event loop's answer to the
+/// peer's), under the lock of the calls on the id. Returns rdma_disconnect's errno, 0 if it
+/// succeeded or was not needed; a failed one sent nothing, so a later call must try again.
+int send_disconnect(detail::id_state& s) {
+  const auto lock = detail::lock_calls(s);
+  if (s.disconnect_sent.exchange(true) || rdma_disconnect(s.cm) == 0) return 0;
+  const int failure = errno != 0 ? errno : EIO;
+  s.disconnect_sent = false;
+  return failure;
+}
+
 /// How a connect or accept that did not reach ESTABLISHED failed.
 error_code connection_failure(detail::id_state& s, detail::event_record& e) {
   if (e.type == RDMA_CM_EVENT_REJECTED) {
@@ -203,11 +214,7 @@ void id::destroy_queue_pair() noexcept {
 }
 
 void id::disconnect() noexcept {
-  if (!state_) return;
-  const auto lock = detail::lock_calls(*state_);
-  // A failed one (not connected) sent nothing: a later async_disconnect must see that.
-  if (!state_->disconnect_sent.exchange(true) && rdma_disconnect(state_->cm) != 0)
-    state_->disconnect_sent = false;
+  if (state_) send_disconnect(*state_);
 }
 
 std::span<const std::byte> id::peer_private_data() const noexcept {
@@ -322,12 +329,8 @@ id::step id::request_steps::next(detail::id_state&, detail::event_record& e) {
 
 id::step id::disconnect_steps::start(detail::id_state& s) {
   // Already sent, or the event loop answered the peer's disconnect: just wait for the event.
-  const auto lock = detail::lock_calls(s);
-  if (!s.disconnect_sent.exchange(true) && rdma_disconnect(s.cm) != 0) {
-    const error_code failed = errno == EINVAL ? error_code(error::not_connected) : errno_code();
-    s.disconnect_sent = false;
-    return {failed};
-  }
+  if (const int failure = send_disconnect(s); failure != 0)
+    return {failure == EINVAL ? error_code(error::not_connected) : errno_code(failure)};
   return {{}, disconnect_events};
 }
 
