@@ -19,6 +19,29 @@ namespace detail {
 
 using device_ordering::polled;
 
+namespace {
+
+/// Raises a flag that a handler about to be registered lowers, before registering it: the
+/// handler may run at once on another thread of the context. If the registration throws
+/// (bad_alloc), nothing will lower it, so the guard does.
+class raised_for_registration {
+ public:
+  explicit raised_for_registration(bool& flag) : flag_(flag) { flag_ = true; }
+  raised_for_registration(const raised_for_registration&) = delete;
+  raised_for_registration& operator=(const raised_for_registration&) = delete;
+  ~raised_for_registration() {
+    if (!registered_) flag_ = false;
+  }
+  /// The handler is registered: from now on it lowers the flag.
+  void registered() noexcept { registered_ = true; }
+
+ private:
+  bool& flag_;
+  bool registered_ = false;
+};
+
+}  // namespace
+
 completion_engine::completion_engine(const boost::asio::any_io_executor& ex, const verbs::device& d,
                                      const completion_options& opts)
     : handler_holder(ex),
@@ -83,20 +106,16 @@ void completion_engine::start() {
 // clears it. A registration that throws (bad_alloc) clears it here instead.
 void completion_engine::wait_for_event() {
   if (closed_) return;  // a poll just before failed (fail_cq): the descriptor is released
-  waiting_ = true;
+  raised_for_registration waiting(waiting_);
   ++waits_;
-  try {
-    if (watch_timer_ && !watching_) watch();
-    descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                            [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
-                              if (ec || !self->current(loop)) return;
-                              self->waiting_ = false;
-                              self->on_event();
-                            });
-  } catch (...) {
-    waiting_ = false;
-    throw;
-  }
+  if (watch_timer_ && !watching_) watch();
+  descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                          [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
+                            if (ec || !self->current(loop)) return;
+                            self->waiting_ = false;
+                            self->on_event();
+                          });
+  waiting.registered();
 }
 
 void completion_engine::abandon_wait() noexcept {
@@ -119,16 +138,12 @@ void completion_engine::go_idle_after_step() {
   active_ = false;
   waiting_ = false;
   if (!watching_ || stop_posted_) return;
-  stop_posted_ = true;  // before the post: its handler clears it, perhaps on another thread
-  try {
-    post_unerased(executor, [self = shared_from_this()] {
-      self->stop_posted_ = false;
-      if (!self->active_) self->stop_watch();
-    });
-  } catch (...) {
-    stop_posted_ = false;  // a post that threw must not leave it set for good
-    throw;
-  }
+  raised_for_registration posted(stop_posted_);
+  post_unerased(executor, [self = shared_from_this()] {
+    self->stop_posted_ = false;
+    if (!self->active_) self->stop_watch();
+  });
+  posted.registered();
 }
 
 // A pending timer would keep io_context::run from returning.
@@ -143,18 +158,14 @@ void completion_engine::stop_watch() noexcept {
 // ticks while the loop runs, and a tick checks a wait only if it is the one that stood at the
 // tick before.
 void completion_engine::watch() {
-  watching_ = true;  // before the wait, as waiting_ (see wait_for_event)
+  raised_for_registration watching(watching_);
   waits_at_tick_ = waits_;
-  try {
-    watch_timer_->expires_after(options.lost_event_check);
-    watch_timer_->async_wait(
-        [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
-          if (!ec && round == self->watch_round_) self->on_watch_tick();
-        });
-  } catch (...) {
-    watching_ = false;
-    throw;
-  }
+  watch_timer_->expires_after(options.lost_event_check);
+  watch_timer_->async_wait(
+      [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
+        if (!ec && round == self->watch_round_) self->on_watch_tick();
+      });
+  watching.registered();
 }
 
 void completion_engine::on_watch_tick() {
