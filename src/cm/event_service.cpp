@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <boost/asio/error.hpp>
+#include <exception>
 
 #include "coverbs/detail/throw_error.hpp"
 
@@ -53,6 +54,7 @@ void state_deleter::operator()(id_state* state) const noexcept {
 }
 
 void start_wait(id_state& state, wait_op* op) {
+  std::exception_ptr failure;
   {
     std::lock_guard lock(state.service->mutex_);
     if (state.removed) {
@@ -65,12 +67,23 @@ void start_wait(id_state& state, wait_op* op) {
       if (it == state.events.end()) {
         state.waiters.push(op);
         ++state.service->waiting_;
-        state.service->arm();
-        return;
+        try {
+          state.service->arm();
+          return;
+        } catch (...) {  // bad_alloc: the wait is withdrawn, and freed below, as it never began
+          state.waiters.erase(op);
+          --state.service->waiting_;
+          failure = std::current_exception();
+        }
+      } else {
+        op->event = std::move(*it);
+        state.events.erase(it);
       }
-      op->event = std::move(*it);
-      state.events.erase(it);
     }
+  }
+  if (failure) {
+    op->complete(op, false);
+    std::rethrow_exception(failure);
   }
   op->complete(op, true);
 }
@@ -204,9 +217,11 @@ void event_service::release(detail::id_state* state) noexcept {
 
 void event_service::arm() {
   if (armed_ || shut_down_ || !descriptor_ || waiting_ == 0) return;
-  armed_ = true;
+  // Armed once the wait stands: one that could not be registered must leave the next call to
+  // try again. (The mutex is held: on_readable cannot run before the flag is set.)
   descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [this](const boost::system::error_code& ec) { on_readable(ec); });
+  armed_ = true;
 }
 
 void event_service::stop_if_idle() noexcept {
@@ -217,33 +232,64 @@ void event_service::stop_if_idle() noexcept {
   }
 }
 
+// A drain that throws (bad_alloc) still re-arms, and the waits it completed still complete,
+// before the exception leaves run(): the events read so far are acknowledged and delivered.
 void event_service::on_readable(const boost::system::error_code& ec) {
   detail::wait_list done;
+  std::exception_ptr failure;
   {
     std::lock_guard lock(mutex_);
     armed_ = false;
     if (shut_down_) return;
-    if (!ec) drain(done);
-    if (!ec || ec == boost::asio::error::operation_aborted) arm();
+    try {
+      if (!ec) drain(done);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    try {
+      if (!ec || ec == boost::asio::error::operation_aborted) arm();
+    } catch (...) {  // not armed: the next wait to start arms
+      if (!failure) failure = std::current_exception();
+    }
   }
-  while (detail::wait_op* op = done.pop()) op->complete(op, true);
+  while (detail::wait_op* op = done.pop()) {
+    try {
+      op->complete(op, true);
+    } catch (...) {  // its handler could not be posted (and is gone); the others still are
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
+// Every event is acknowledged, also one whose record could not be made: rdma_destroy_id waits
+// for the acknowledgement of each event of its id, so one left over blocks it for good. A
+// request whose record failed is refused by destroying its new id, as one past the backlog is;
+// any other event is delivered without its private data rather than lost (its wait would
+// never end), unless keeping it for a later wait fails too.
 void event_service::drain(detail::wait_list& done) {
   rdma_cm_event* event = nullptr;
   while (rdma_get_cm_event(channel_, &event) == 0) {
+    const bool request = event->event == RDMA_CM_EVENT_CONNECT_REQUEST;
+    // librdmacm gives a request's new id the listener's context; it must route to its own state.
+    auto* target = static_cast<detail::id_state*>((request ? event->listen_id : event->id)->context);
     detail::event_record record;
     record.type = event->event;
     record.status = event->status;
-    const auto* data = static_cast<const std::byte*>(event->param.conn.private_data);
-    if (data != nullptr) record.private_data.assign(data, data + event->param.conn.private_data_len);
-    detail::id_state* target = nullptr;
-    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      // librdmacm gives the new id the listener's context; it must route to its own state.
-      target = static_cast<detail::id_state*>(event->listen_id->context);
-      record.request = adopt_request(*target, event->id, record.private_data);
-    } else {
-      target = static_cast<detail::id_state*>(event->id->context);
+    try {
+      const auto* data = static_cast<const std::byte*>(event->param.conn.private_data);
+      if (data != nullptr) record.private_data.assign(data, data + event->param.conn.private_data_len);
+      // Last: once the record owns the request, nothing here may throw.
+      if (request) record.request = adopt_request(*target, event->id, record.private_data);
+    } catch (...) {
+      rdma_cm_id* const id = event->id;
+      rdma_ack_cm_event(event);
+      if (request) {
+        rdma_destroy_id(id);
+      } else if (target != nullptr) {
+        deliver(*target, std::move(record), done);
+      }
+      throw;
     }
     rdma_ack_cm_event(event);
     if (target != nullptr) deliver(*target, std::move(record), done);
@@ -252,12 +298,13 @@ void event_service::drain(detail::wait_list& done) {
 
 detail::state_ptr event_service::adopt_request(detail::id_state& listener, rdma_cm_id* cm,
                                                const std::vector<std::byte>& private_data) {
-  auto* state = new detail::id_state(*this, listener.executor);
-  state->cm = cm;
+  // A plain owner until it is listed: state_ptr's deleter takes the mutex, which is held here.
+  std::unique_ptr<detail::id_state> state(new detail::id_state(*this, listener.executor));
   state->peer_data = private_data;
-  cm->context = state;
-  states_.insert(state);
-  return detail::state_ptr(state);
+  states_.insert(state.get());
+  state->cm = cm;
+  cm->context = state.get();
+  return detail::state_ptr(state.release());
 }
 
 void event_service::deliver(detail::id_state& state, detail::event_record&& event, detail::wait_list& done) {
@@ -274,9 +321,8 @@ void event_service::deliver(detail::id_state& state, detail::event_record&& even
     detail::wait_list keep;
     while (detail::wait_op* op = state.waiters.pop()) {
       if (type == RDMA_CM_EVENT_DEVICE_REMOVAL || (op->mask & bit(type)) != 0) {
-        op->event.type = type;
+        op->event.type = type;  // no private data: a copy could throw, and no step reads it
         op->event.status = event.status;
-        op->event.private_data = event.private_data;
         done.push(op);
         --waiting_;
       } else {
@@ -302,7 +348,12 @@ void event_service::deliver(detail::id_state& state, detail::event_record&& even
     if (state.events.front().request) release(state.events.front().request.release());
     state.events.pop_front();
   }
-  state.events.push_back(std::move(event));
+  try {
+    state.events.push_back(std::move(event));  // strong guarantee: the event is intact if it throws
+  } catch (...) {
+    if (event.request) release(event.request.release());  // its deleter would take the mutex
+    throw;
+  }
 }
 
 }  // namespace coverbs::cm

@@ -101,7 +101,8 @@ struct id_state {
   std::shared_ptr<void> alive = std::make_shared<char>();
 };
 
-/// Completes `op` with the first matching event of `state`, queued or yet to come.
+/// Completes `op` with the first matching event of `state`, queued or yet to come. Owns `op`:
+/// if it throws (bad_alloc), `op` is freed without its handler running.
 void start_wait(id_state& state, wait_op* op);
 /// Held while the id's owner calls into rdma_cm (resolve, connect, accept): librdmacm writes
 /// the rdma_cm_id's fields there and in rdma_get_cm_event on the event loop's thread, in an
@@ -174,7 +175,12 @@ auto async_wait_event(id_state& state, std::uint32_t mask, Token&& token) {
       [](auto handler, id_state* state, std::uint32_t mask) {
         using op_type = wait_handler<std::decay_t<decltype(handler)>>;
         op_type* op = op_type::create(std::move(handler), state->executor, mask);
-        op->watch_cancellation(*state);
+        try {
+          op->watch_cancellation(*state);  // may allocate in the slot
+        } catch (...) {
+          op->complete(op, false);
+          throw;
+        }
         start_wait(*state, op);
       },
       token, &state, mask);
@@ -186,7 +192,9 @@ auto async_wait_event(id_state& state, std::uint32_t mask, Token&& token) {
 /// only while some id waits for one, so an idle `io_context::run` returns; each wake-up takes
 /// every pending event, acknowledges it at once and hands it to its id, which keeps what
 /// nobody waits for yet. Every `cm::id` of the context uses it; they must be destroyed before
-/// the context. Thread-safe: ids of one context may be used from different threads.
+/// the context. Thread-safe: ids of one context may be used from different threads. Should
+/// memory run out while it reads events, the bad_alloc leaves `run()` with every event read
+/// acknowledged and every wait it ended completed; running the context again goes on.
 class event_service : public boost::asio::execution_context::service {
  public:
   /// Asio's service key.

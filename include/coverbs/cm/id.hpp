@@ -93,7 +93,8 @@ class id {
 
   /// What the peer sent: the request's private data on a request id, the accept's after
   /// `async_connect`, the reject's after a refused one. Padded by the CM to its message room
-  /// (56, 196 and 148 bytes on RoCE): carry lengths inside the data when they matter.
+  /// (56, 196 and 148 bytes on RoCE): carry lengths inside the data when they matter. Empty
+  /// if the event loop could not copy it (bad_alloc, which then leaves `run()`).
   std::span<const std::byte> peer_private_data() const noexcept;
 
   /// Refuses a request id's connection (at most 148 bytes of private data); the requester
