@@ -48,9 +48,9 @@ void default_token_types(transport kind) {
 
   asio::io_context io;
   const socket_options options{.kind = kind};
-  const unsigned short closed_port = free_port(io);
   const asio::any_io_executor executor = io.get_executor();
   tcp_acceptor listener(executor, {test_address(), 0}, options);  // as the example's
+  const refusing_port closed_port(io, {listener.local_endpoint().port()});
   std::string echoed, message;
   asio::ip::tcp::endpoint first_peer, first_local, seen_peer, client_local;
   std::optional<error_code> refusal;
@@ -88,7 +88,7 @@ void default_token_types(transport kind) {
     co_await asio::async_read(c, asio::buffer(echoed));
 
     tuple_socket refused(io, options);
-    auto [ec] = co_await refused.async_connect({test_address(), closed_port});
+    auto [ec] = co_await refused.async_connect(closed_port.endpoint());
     refusal = ec;
 
     tcp_socket c2(io, options);

@@ -42,13 +42,16 @@ class swapped_poll_cq {
 /// one batch gets that whatever the device's pace.
 class held_completions {
  public:
-  held_completions(ibv_cq* cq, std::size_t count) : swap_(cq->context, &poll) {
+  held_completions(ibv_cq* cq, std::size_t count) : swap_(prepared(cq, count), &poll) {}
+
+ private:
+  // The statics are set before the swap: from then on, polls of the context read them.
+  static ibv_context* prepared(ibv_cq* cq, std::size_t count) {
     target = cq;
     wanted = std::min(count, held.size());
     taken = handed = 0;
+    return cq->context;
   }
-
- private:
   static int poll(ibv_cq* cq, int entries, ibv_wc* wc) {
     if (cq != target || handed == wanted) return swapped_poll_cq::original(cq, entries, wc);
     if (taken < wanted) {

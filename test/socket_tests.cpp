@@ -374,10 +374,10 @@ void acceptor_set_up_step_by_step(transport kind) {
 void refused(transport kind) {
   namespace asio = boost::asio;
   asio::io_context io;
-  const unsigned short port = free_port(io);
+  const refusing_port nobody(io);
   socket s(io, {.kind = kind});
   error_code result = asio::error::would_block;
-  s.async_connect(asio::ip::tcp::endpoint(test_address(), port), [&](error_code ec) { result = ec; });
+  s.async_connect(nobody.endpoint(), [&](error_code ec) { result = ec; });
   io.run_for(std::chrono::seconds(30));
   BOOST_TEST((result == asio::error::connection_refused), result.message());
   BOOST_TEST(!s.is_open());
@@ -401,8 +401,8 @@ void bound_before_connecting(transport kind) {
   // Two free ports: one to connect from, one where nothing listens.
   const unsigned short from_port = free_port_except(io, {server.local_endpoint().port()});
   const tcp::endpoint from(test_address(), from_port);
-  const tcp::endpoint refusing(test_address(),
-                               free_port_except(io, {server.local_endpoint().port(), from_port}));
+  const refusing_port nobody(io, {server.local_endpoint().port(), from_port});
+  const tcp::endpoint refusing = nobody.endpoint();
   const tcp::endpoint serving(test_address(), server.local_endpoint().port());
 
   socket s(io, {.kind = kind});
@@ -629,8 +629,8 @@ void options_before_connecting(transport kind) {
   BOOST_TEST(s.local_endpoint().port() != 0);
   s.close();
   connected.reset();
-  s.async_connect(tcp::endpoint(serving.address(), free_port_except(io, {serving.port()})),
-                  [&](error_code e) { connected = e; });
+  const refusing_port nobody(io, {serving.port()});
+  s.async_connect(nobody.endpoint(), [&](error_code e) { connected = e; });
   run_until(io, [&] { return connected.has_value(); });
   BOOST_TEST((connected.has_value() && connected != error_code()));
   s.local_endpoint(ec);
@@ -672,7 +672,8 @@ void connect_to_first_that_accepts(transport kind) {
   asio::io_context io;
   acceptor server(io, tcp::endpoint(test_address(), 0), {.kind = kind});
   asio::co_spawn(io, echo::server(server, 1), asio::detached);
-  const tcp::endpoint refusing(test_address(), free_port_except(io, {server.local_endpoint().port()}));
+  const refusing_port nobody(io, {server.local_endpoint().port()});
+  const tcp::endpoint refusing = nobody.endpoint();
   tcp::resolver resolver(io);
   const auto resolved =
       resolver.resolve(test_address().to_string(), std::to_string(server.local_endpoint().port()),

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
@@ -31,7 +32,8 @@ inline boost::asio::ip::address test_address() {
   return device_address().value_or(boost::asio::ip::address_v4::loopback());
 }
 
-/// A port nobody listens on: one bound by a TCP acceptor, then closed.
+/// A port nobody listens on: one bound by a TCP acceptor, then closed (for a bind; a connect
+/// that must be refused takes a refusing_port, which nobody can take meanwhile).
 inline unsigned short free_port(boost::asio::io_context& io) {
   boost::asio::ip::tcp::acceptor probe(io, boost::asio::ip::tcp::endpoint(test_address(), 0));
   return probe.local_endpoint().port();
@@ -46,5 +48,29 @@ inline unsigned short free_port_except(boost::asio::io_context& io,
     if (std::find(taken.begin(), taken.end(), port) == taken.end()) return port;
   }
 }
+
+/// A port where nobody listens: a bound TCP socket that does not listen holds it, so a TCP
+/// connect to it is refused and no other TCP socket can take it while this lives. rdma_cm's
+/// ports are its own: an RDMA connect is refused as long as no rdma_cm listener has the number,
+/// so list the test's listeners in `taken` (as free_port_except).
+class refusing_port {
+ public:
+  explicit refusing_port(boost::asio::io_context& io, std::initializer_list<unsigned short> taken = {})
+      : holder_(io) {
+    for (;;) {
+      holder_.open(test_address().is_v4() ? boost::asio::ip::tcp::v4() : boost::asio::ip::tcp::v6());
+      holder_.bind({test_address(), 0});
+      if (std::find(taken.begin(), taken.end(), port()) == taken.end()) return;
+      holder_.close();
+    }
+  }
+  /// The port held.
+  unsigned short port() const { return holder_.local_endpoint().port(); }
+  /// Where a connect is refused: the test address at the port held.
+  boost::asio::ip::tcp::endpoint endpoint() const { return {test_address(), port()}; }
+
+ private:
+  boost::asio::ip::tcp::socket holder_;
+};
 
 }  // namespace coverbs::test
