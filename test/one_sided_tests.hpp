@@ -537,7 +537,8 @@ inline void end_of_stream_beside_endless_writes_with_immediate(asio::io_context&
 enum class violation {
   wrong_rkey,
   write_past_the_end,
-  read_past_the_end_in_parts,  ///< a read longer than one TCP frame whose first part is in bounds
+  write_past_the_end_in_parts,  ///< a write longer than one TCP frame whose first part is in bounds
+  read_past_the_end_in_parts,   ///< a read likewise
   read_before_the_start,
   write_without_remote_write,
   read_without_remote_read,
@@ -556,9 +557,11 @@ inline verbs::access rights_for(violation v) {
   }
 }
 
-/// The violated region's size: a read in parts needs more than one TCP frame (1 MiB).
+/// The violated region's size: an operation in parts needs more than one TCP frame (1 MiB).
 inline std::size_t target_size(violation v) {
-  return v == violation::read_past_the_end_in_parts ? std::size_t{2} << 20 : 4096;
+  const bool in_parts =
+      v == violation::write_past_the_end_in_parts || v == violation::read_past_the_end_in_parts;
+  return in_parts ? std::size_t{2} << 20 : 4096;
 }
 
 inline void start_violation(violation v, socket& a, const local_memory& local, guarded_region& target,
@@ -574,6 +577,12 @@ inline void start_violation(violation v, socket& a, const local_memory& local, g
       remote_buffer beyond = target.remote(2048, 2048);
       beyond.length = 8192;
       return a.async_write(local.slice(0, 8192), beyond, record(result));
+    }
+    case violation::write_past_the_end_in_parts: {
+      // Its first MiB is in bounds: a responder that checked each part alone would take it.
+      remote_buffer beyond = target.remote(std::size_t{1} << 20, std::size_t{1} << 20);
+      beyond.length = std::uint32_t{2} << 20;
+      return a.async_write(local.slice(0, std::size_t{2} << 20), beyond, record(result));
     }
     case violation::read_past_the_end_in_parts: {
       // A device checks the whole length before it answers any of it: no part may arrive.
@@ -1114,6 +1123,7 @@ inline void local_failure_ends_the_peers_reads(asio::io_context& io, socket& a, 
   }                                                                                                \
   COVERBS_ONE_SIDED_REFUSED(Pair, wrong_rkey)                                                      \
   COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end)                                              \
+  COVERBS_ONE_SIDED_REFUSED(Pair, write_past_the_end_in_parts)                                     \
   COVERBS_ONE_SIDED_REFUSED(Pair, read_past_the_end_in_parts)                                      \
   COVERBS_ONE_SIDED_REFUSED(Pair, read_before_the_start)                                           \
   COVERBS_ONE_SIDED_REFUSED(Pair, write_without_remote_write)                                      \

@@ -700,15 +700,23 @@ BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
   std::vector<std::byte> memory = test::random_bytes(size, 5);
   auto reg = p.a.register_memory(memory, verbs::access::remote_read);
   const remote_buffer r = reg.remote();
+  // Small buffers: the answers stay queued at the responder, not in the kernels.
+  p.a.set_option(asio::socket_base::send_buffer_size(64 * 1024));
+  p.raw.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
+  // One request per segment, each given time to be read: the responder's reads count them.
+  const std::uint64_t reads_before = p.stream->socket_reads();
   for (std::uint64_t id = 1; id <= requests; ++id) {
     p.send({.type = frame_type::read_request,
             .request_id = id,
             .remote_address = r.address,
             .rkey = r.rkey,
             .length = size});
+    p.io.restart();
+    p.io.run_for(std::chrono::milliseconds(5));
   }
-  p.io.restart();
-  p.io.run_for(std::chrono::milliseconds(300));
+  const std::uint64_t reads = p.stream->socket_reads() - reads_before;
+  // It stopped reading once that many answers were queued (57 reads without the pause).
+  BOOST_TEST(reads <= detail::tcp_stream::max_unanswered + detail::tcp_stream::max_gathered_frames);
   for (std::uint64_t id = 1; id <= requests; ++id) {
     const frame f = p.receive();
     BOOST_TEST_REQUIRE((f.h.type == frame_type::read_response && f.h.status == frame_status::ok));
