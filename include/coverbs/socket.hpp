@@ -550,7 +550,9 @@ class socket : public boost::asio::socket_base {
     return transfer({.op = detail::one_sided_request::kind::read, .local = local, .remote = remote},
                     std::forward<CompletionToken>(token));
   }
-  /// RDMA WRITE of `local` to the start of `remote`. Completion: `void(error_code, std::size_t)`.
+  /// RDMA WRITE of `local` to the start of `remote`. Completion: `void(error_code, std::size_t)`,
+  /// with `local.size` once the peer has the data (its device's acknowledgement over RDMA, its
+  /// library's over TCP). Errors as async_read's.
   template <class CompletionToken = detail::default_socket_token>
   auto async_write(const verbs::local_buffer& local, const remote_buffer& remote,
                    CompletionToken&& token = detail::default_socket_token()) {
@@ -581,6 +583,12 @@ class socket : public boost::asio::socket_base {
   }
   /// Adds `add` to the 8-byte word at `remote` (8-aligned); `local` (8 bytes of registered
   /// memory) receives the previous value, also passed on: `void(error_code, std::uint64_t)`.
+  /// The word is in the peer's byte order. Refused here, the connection unharmed:
+  /// `errc::buffer_too_small` for fewer than 8 bytes either side, `errc::misaligned_atomic`
+  /// for an address not 8-aligned either side. Refused by the peer, failing the connection as
+  /// async_read's errors do: `wc_errc::remote_access` (key, bounds, no remote_atomic right).
+  /// The value is 0 on failure. Over TCP the peer's library updates the word with a CPU atomic;
+  /// over RDMA its device does, atomic at least against other RDMA atomics on that device.
   template <class CompletionToken = detail::default_socket_token>
   auto async_fetch_add(const verbs::local_buffer& local, const remote_buffer& remote, std::uint64_t add,
                        CompletionToken&& token = detail::default_socket_token()) {
@@ -589,7 +597,7 @@ class socket : public boost::asio::socket_base {
                   std::forward<CompletionToken>(token));
   }
   /// Stores `swap` at `remote` if the word there equals `compare`; completes with the previous
-  /// value (so it succeeded iff previous == compare).
+  /// value (so it succeeded iff previous == compare). Errors as async_fetch_add's.
   template <class CompletionToken = detail::default_socket_token>
   auto async_compare_swap(const verbs::local_buffer& local, const remote_buffer& remote,
                           std::uint64_t compare, std::uint64_t swap,
