@@ -47,6 +47,8 @@ class held_completions {
  private:
   // The statics are set before the swap: from then on, polls of the context read them.
   static ibv_context* prepared(ibv_cq* cq, std::size_t count) {
+    // A second one must not reset the live one's statics before its swap refuses it.
+    if (swapped_poll_cq::original != nullptr) throw std::logic_error("held_completions: one at a time");
     target = cq;
     wanted = std::min(count, held.size());
     taken = handed = 0;

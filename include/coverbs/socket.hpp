@@ -536,7 +536,8 @@ class socket : public boost::asio::socket_base {
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec);
 
   /// RDMA READ of `local.size` bytes from the start of `remote` into `local` (a slice of this
-  /// socket's registered memory). Completion: `void(error_code, std::size_t)`. A wrong key,
+  /// socket's registered memory). Completion: `void(error_code, std::size_t)`. A `local`
+  /// longer than `remote` is refused here with `errc::buffer_too_small`. A wrong key,
   /// bounds or rights give `wc_errc::remote_access` on both transports; a `local` that is not
   /// (or no longer) this socket's registered memory, `wc_errc::local_protection`. Either
   /// leaves the connection in error, as it leaves an RC queue pair. More operations than
@@ -583,12 +584,14 @@ class socket : public boost::asio::socket_base {
   }
   /// Adds `add` to the 8-byte word at `remote` (8-aligned); `local` (8 bytes of registered
   /// memory) receives the previous value, also passed on: `void(error_code, std::uint64_t)`.
-  /// The word is in the peer's byte order. Refused here, the connection unharmed:
-  /// `errc::buffer_too_small` for fewer than 8 bytes either side, `errc::misaligned_atomic`
-  /// for an address not 8-aligned either side. Refused by the peer, failing the connection as
-  /// async_read's errors do: `wc_errc::remote_access` (key, bounds, no remote_atomic right).
-  /// The value is 0 on failure. Over TCP the peer's library updates the word with a CPU atomic;
-  /// over RDMA its device does, atomic at least against other RDMA atomics on that device.
+  /// The word is in the peer's native byte order, as over TCP and on rxe (a device that
+  /// answers big-endian, as some older HCAs do, is not supported). Refused here, the
+  /// connection unharmed: `errc::buffer_too_small` for fewer than 8 bytes either side,
+  /// `errc::misaligned_atomic` for an address not 8-aligned either side. Refused by the peer,
+  /// failing the connection: `wc_errc::remote_access` (key, bounds, no remote_atomic right).
+  /// Other errors as async_read's (`local_protection`, `too_many_operations`, cancellation,
+  /// `flushed` behind a failure). The value is 0 on failure. Over TCP the peer's library updates the word
+  /// with a CPU atomic; over RDMA its device does, atomic at least against other RDMA atomics on that device.
   template <class CompletionToken = detail::default_socket_token>
   auto async_fetch_add(const verbs::local_buffer& local, const remote_buffer& remote, std::uint64_t add,
                        CompletionToken&& token = detail::default_socket_token()) {
