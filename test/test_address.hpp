@@ -39,20 +39,10 @@ inline unsigned short free_port(boost::asio::io_context& io) {
   return probe.local_endpoint().port();
 }
 
-/// A free port (as free_port) that is none of `taken`: rdma_cm's ports are not TCP's, so a
-/// port free on TCP may still be an RDMA listener's.
-inline unsigned short free_port_except(boost::asio::io_context& io,
-                                       std::initializer_list<unsigned short> taken) {
-  for (;;) {
-    const unsigned short port = free_port(io);
-    if (std::find(taken.begin(), taken.end(), port) == taken.end()) return port;
-  }
-}
-
 /// A port where nobody listens: a bound TCP socket that does not listen holds it, so a TCP
 /// connect to it is refused and no other TCP socket can take it while this lives. rdma_cm's
 /// ports are its own: an RDMA connect is refused as long as no rdma_cm listener has the number,
-/// so list the test's listeners in `taken` (as free_port_except).
+/// so list the test's listeners in `taken`.
 class refusing_port {
  public:
   explicit refusing_port(boost::asio::io_context& io, std::initializer_list<unsigned short> taken = {})
@@ -72,5 +62,12 @@ class refusing_port {
  private:
   boost::asio::ip::tcp::socket holder_;
 };
+
+/// A free port (as free_port) that is none of `taken`: rdma_cm's ports are not TCP's, so a
+/// port free on TCP may still be an RDMA listener's.
+inline unsigned short free_port_except(boost::asio::io_context& io,
+                                       std::initializer_list<unsigned short> taken) {
+  return refusing_port(io, taken).port();
+}
 
 }  // namespace coverbs::test

@@ -37,6 +37,18 @@ struct rdma_end {
   async_queue_pair queue_pair_for(cm::id& id) { return {service, id.create_queue_pair(service, pd)}; }
 };
 
+/// Runs `io` for up to 30 s; a bad_alloc that leaves run() is noted and the context runs on for
+/// up to 30 s more (what it was doing must still end). Whether one left it.
+bool ran_through_bad_alloc(asio::io_context& io) {
+  try {
+    io.run_for(30s);
+    return false;
+  } catch (const std::bad_alloc&) {
+    io.run_for(30s);
+    return true;
+  }
+}
+
 /// Where the allocation fails, and which of the client's connects it falls in.
 enum class failing_side { server, client };
 
@@ -73,12 +85,7 @@ void connect(tcp::endpoint server, int attempts, std::size_t failing, connect_re
         results.failure = e;
         results.finished = true;
       });
-  try {
-    io.run_for(30s);
-  } catch (const std::bad_alloc&) {
-    results.threw = true;
-    io.run_for(30s);
-  }
+  results.threw = ran_through_bad_alloc(io);
 }
 
 struct listening_server {
@@ -133,12 +140,7 @@ outcome serve_with_a_failing_allocation(failing_side side, std::size_t size) {
     connect(server.endpoint, attempts, side == failing_side::client ? size : 0, result.client);
     if (side == failing_side::client) result.failed = test::failed_allocations() - client_failed_before;
   });
-  try {
-    server.io.run_for(30s);
-  } catch (const std::bad_alloc&) {
-    result.server_threw = true;
-    server.io.run_for(30s);  // the listener goes on
-  }
+  result.server_threw = ran_through_bad_alloc(server.io);  // the listener goes on after one
   client_thread.join();
   if (side == failing_side::server) result.failed = test::failed_allocations() - failed_before;
   test::fail_next_allocation_of(0);
