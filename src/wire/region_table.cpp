@@ -1,23 +1,40 @@
 #include "coverbs/wire/region_table.hpp"
 
+#include <sys/random.h>
+
 #include <atomic>
+#include <cerrno>
 #include <limits>
-#include <random>
 #include <stdexcept>
+#include <system_error>
 
 #include "coverbs/error.hpp"
 
 namespace coverbs::wire {
 
+namespace {
+
+// A peer must not guess keys it was never given, so keys come from the kernel's random source
+// rather than a counter or a seeded generator whose state a peer could learn. getrandom opens
+// no file (std::random_device may, per call) and fails with an errno, which register_memory
+// reports as its error_code.
+std::uint32_t random_key() {
+  std::uint32_t key = 0;
+  for (;;) {
+    const ssize_t n = ::getrandom(&key, sizeof key, 0);
+    if (n == static_cast<ssize_t>(sizeof key)) return key;
+    if (n < 0 && errno != EINTR) throw std::system_error(errno, std::system_category(), "coverbs: getrandom");
+  }
+}
+
+}  // namespace
+
 remote_buffer region_table::register_region(std::span<std::byte> memory, verbs::access rights) {
   if (memory.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw std::length_error("coverbs: a region must be shorter than 4 GiB");
   }
-  // A peer must not guess keys it was never given, so keys come from the OS's random source
-  // rather than a counter or a seeded generator whose state a peer could learn.
-  std::random_device random;
   std::uint32_t rkey = 0;
-  while (rkey == 0 || regions_.contains(rkey)) rkey = random();
+  while (rkey == 0 || regions_.contains(rkey)) rkey = random_key();
   regions_.emplace(rkey, region{memory, rights});
   return {reinterpret_cast<std::uint64_t>(memory.data()), rkey, static_cast<std::uint32_t>(memory.size())};
 }

@@ -1,14 +1,19 @@
 // One-sided operations of coverbs::socket over the TCP fallback on loopback: the bodies RDMA
 // runs (test/rdma/rdma_one_sided_test.cpp), then what only TCP has: a peer that breaks the
 // protocol.
+#include <dlfcn.h>
+#include <sys/random.h>
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <cerrno>
 #include <deque>
 #include <functional>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "connected_pair.hpp"
 #include "one_sided_tests.hpp"
@@ -19,9 +24,61 @@ using namespace coverbs;
 using coverbs::test::tcp_socket_pair;
 using coverbs::test::violation;
 
+namespace {
+int random_source_fails_with = 0;  ///< the errno getrandom fails with; 0: it works
+}  // namespace
+
+// Defined in the test program, so it comes before the C library's for every caller in it.
+extern "C" ssize_t getrandom(void* buffer, size_t length, unsigned int flags) {
+  if (random_source_fails_with != 0) {
+    errno = random_source_fails_with;
+    return -1;
+  }
+  using source = ssize_t (*)(void*, size_t, unsigned int);
+  static const auto real = reinterpret_cast<source>(dlsym(RTLD_NEXT, "getrandom"));
+  return real(buffer, length, flags);
+}
+
 BOOST_AUTO_TEST_SUITE(tcp_one_sided)
 
 COVERBS_ONE_SIDED_TEST_CASES(tcp_socket_pair)
+
+// A peer must not guess keys: each registration's key is drawn anew, none is 0 or repeated.
+BOOST_AUTO_TEST_CASE(keys_are_drawn_for_each_registration) {
+  tcp_socket_pair p;
+  std::array<std::byte, 64> memory{};
+  std::vector<registered_memory> regions;
+  std::set<std::uint32_t> keys;
+  for (int i = 0; i < 64; ++i) {
+    regions.push_back(p.a.register_memory(memory, test::all_remote_rights));
+    keys.insert(regions.back().remote().rkey);
+  }
+  BOOST_TEST(keys.size() == 64u);
+  BOOST_TEST(!keys.contains(0u));
+}
+
+// Where the kernel's random source fails, the registration fails with its errno (never an
+// exception from the error_code overload), and the next one, once it works again, succeeds.
+BOOST_AUTO_TEST_CASE(a_random_source_that_fails_fails_the_registration) {
+  tcp_socket_pair p;
+  std::array<std::byte, 64> memory{};
+  error_code ec;
+  registered_memory refused;
+  {
+    struct failing_random_source {
+      failing_random_source() { random_source_fails_with = ENOSYS; }
+      ~failing_random_source() { random_source_fails_with = 0; }
+    } failing;
+    refused = p.a.register_memory(memory, test::all_remote_rights, ec);
+    BOOST_CHECK_THROW(p.a.register_memory(memory, test::all_remote_rights), boost::system::system_error);
+  }
+  BOOST_TEST((ec == std::error_code(ENOSYS, std::system_category())), ec.message());
+  BOOST_TEST(refused.remote().rkey == 0u);
+  error_code later;
+  const registered_memory region = p.a.register_memory(memory, test::all_remote_rights, later);
+  BOOST_TEST(!later, later.message());
+  BOOST_TEST(region.remote().rkey != 0u);
+}
 
 BOOST_AUTO_TEST_CASE(local_failure_ends_the_peers_reads) {  // through the acceptor, as over RDMA
   test::connected_pair p(transport::tcp);
