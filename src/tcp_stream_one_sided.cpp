@@ -314,9 +314,9 @@ void tcp_stream::finish(one_sided_op& op, error_code ec, std::uint64_t value, bo
 
 std::uint32_t tcp_stream::register_memory(std::span<std::byte> memory, verbs::access rights,
                                           std::uint32_t& lkey, remote_buffer& remote) {
+  remote = regions_.register_region(memory, rights);  // first: a failed one changes nothing
   answers_peer_ = true;
   want_input();
-  remote = regions_.register_region(memory, rights);
   // One key for both sides (a device gives two): the table checks local uses as it checks the
   // peer's, and a key of another connection's table is as unknown here as its lkey to this PD.
   lkey = remote.rkey;

@@ -530,7 +530,8 @@ class socket : public boost::asio::socket_base {
   /// (remote_read, remote_write, remote_atomic; local_write is implied). Throws
   /// `not_connected` before connecting, `bad_descriptor` when closed,
   /// `errc::registration_limit` past `options().max_registered_bytes`, `value_too_large` for
-  /// 4 GiB or more (a remote_buffer's length is 32 bits).
+  /// 4 GiB or more (a remote_buffer's length is 32 bits); the device's refusal over RDMA, the
+  /// kernel's random source's (getrandom's errno) over TCP.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights);
   /// As above, reporting through `ec`; on failure the result registers nothing.
   registered_memory register_memory(std::span<std::byte> memory, verbs::access rights, error_code& ec);
@@ -545,6 +546,10 @@ class socket : public boost::asio::socket_base {
   /// operations complete with `errc::too_many_operations`. A cancel withdraws one that waits
   /// (`operation_aborted`); one under way only ends by a terminal cancel, which fails the
   /// connection (a posted work request cannot be recalled otherwise), on both transports.
+  /// Over TCP the peer's library answers, so only while the peer's io_context runs and its
+  /// application takes what it receives (an RDMA device answers on its own): bound a wait on
+  /// a peer that may stall with a timer through `||`, the operation awaited `as_tuple` (`||`
+  /// cancels the other side only when one succeeds), whose terminal cancel ends it.
   template <class CompletionToken = detail::default_socket_token>
   auto async_read(const verbs::local_buffer& local, const remote_buffer& remote,
                   CompletionToken&& token = detail::default_socket_token()) {
@@ -590,8 +595,9 @@ class socket : public boost::asio::socket_base {
   /// `errc::misaligned_atomic` for an address not 8-aligned either side. Refused by the peer,
   /// failing the connection: `wc_errc::remote_access` (key, bounds, no remote_atomic right).
   /// Other errors as async_read's (`local_protection`, `too_many_operations`, cancellation,
-  /// `flushed` behind a failure). The value is 0 on failure. Over TCP the peer's library updates the word
-  /// with a CPU atomic; over RDMA its device does, atomic at least against other RDMA atomics on that device.
+  /// `flushed` behind a failure). The value is 0 on failure. Over TCP the peer's library
+  /// updates the word with a CPU atomic; over RDMA its device does, atomic at least against
+  /// other RDMA atomics on that device.
   template <class CompletionToken = detail::default_socket_token>
   auto async_fetch_add(const verbs::local_buffer& local, const remote_buffer& remote, std::uint64_t add,
                        CompletionToken&& token = detail::default_socket_token()) {

@@ -18,7 +18,8 @@ namespace coverbs::wire {
 class region_table {
  public:
   /// Registers `memory` with `rights` under a fresh, unpredictable, non-zero rkey. Descriptors
-  /// carry the real local address. Throws std::length_error past 4 GiB - 1 bytes.
+  /// carry the real local address. Throws std::length_error past 4 GiB - 1 bytes, and
+  /// std::system_error with getrandom's errno where the kernel's random source fails.
   remote_buffer register_region(std::span<std::byte> memory, verbs::access rights);
   /// Forgets `rkey`; later operations with it fail with remote_access. Unknown keys are ignored.
   void deregister(std::uint32_t rkey) noexcept;
