@@ -37,10 +37,6 @@ std::size_t held_cost(std::size_t slot_capacity) {
 // A free slot taken for a use whose cost is less than 1/max_slack of its capacity is
 // reallocated at that size.
 constexpr std::size_t max_slack = 4;
-// Responses this side can have queued while the peer keeps to its window of unanswered
-// requests: those not yet written (fewer than the window) and those written in a gathered
-// write that is still under way. Only a peer that ignores the window queues more.
-constexpr std::size_t max_queued_responses = tcp_stream::max_unanswered + tcp_stream::max_gathered_frames;
 // Non-blocking reads done inside read_frames before it goes back to the scheduler: handlers it
 // completes start the next read at once, which a peer writing faster than they read would keep
 // fed for ever, starving every other handler of the context (timers, other connections).
@@ -97,8 +93,8 @@ void tcp_stream::read_frames() {
   while (!closed_ && !broken_ && !reading_) {
     // A peer that runs ahead of the application, or that asks more than its window and does
     // not read the answers, is held back by TCP flow control once we stop reading. A peer
-    // within its window never is: it may be waiting for us to take its bytes before it can
-    // take our answers.
+    // within its window is not (but for a moment, max_queued_responses): it may be waiting for
+    // us to take its bytes before it can take our answers.
     if (held_bytes_ >= max_held_bytes || immediates_held() >= max_held_immediates ||
         responses_queued_ >= max_queued_responses) {
       read_paused_ = true;

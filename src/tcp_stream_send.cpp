@@ -110,8 +110,24 @@ void tcp_stream::on_write_some(error_code ec, std::size_t n) {
   while (gather_begin_ < gather_end_ && n >= gather_[gather_begin_].size())
     n -= gather_[gather_begin_++].size();
   if (n > 0) gather_[gather_begin_] += n;  // a piece written in part
-  if (!ec && !sending_stopped() && gather_begin_ < gather_end_) return write_gathered();
-  on_written(ec);
+  if (ec || sending_stopped() || gather_begin_ == gather_end_) return on_written(ec);
+  // The responses among this write's frames that have left whole wait no more (on_written pops
+  // them later): the hold on the peer's requests counts only those that do, and reading
+  // resumes as soon as it may.
+  std::size_t frame_end = 0;  // the piece after frame i
+  bool counted_out = false;
+  for (std::size_t i = 0; i < gathered_ && responses_queued_ > 0; ++i) {
+    outgoing_frame& f = outgoing_[i];
+    frame_end += 1 + (f.direct ? direct_payload_[f.direct_message].count : 0);
+    if (frame_end > gather_begin_) break;
+    if (f.response) {
+      f.response = false;
+      --responses_queued_;
+      counted_out = true;
+    }
+  }
+  if (counted_out && responses_queued_ < max_queued_responses) resume_reading();
+  write_gathered();
 }
 
 void tcp_stream::on_written(error_code ec) {

@@ -82,7 +82,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   };
   struct outgoing_frame {
     std::vector<std::byte> bytes;
-    bool response = false;
+    bool response = false;  ///< an answer to the peer, until it is counted out (on_write_some)
     /// A header whose payload is the caller's memory: direct_payload_[direct_message], which
     /// that side's transmit_direct holds until the frame is written.
     bool direct = false;
@@ -174,7 +174,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   void queue_frame(const wire::frame_header& h, outgoing_frame f);
   /// Sends a frame of `h` and the first `h.payload_length` bytes of `payload` (which it
   /// consumes), leaving no reference to the caller's memory; a `response` counts against the
-  /// peer's unread responses while it is queued.
+  /// peer's unread responses until TCP has taken it whole.
   void send_copied(const wire::frame_header& h, const_buffer_list& payload, bool response = false);
   /// A response frame without payload, as send_copied sends it.
   void send_response(const wire::frame_header& h);
@@ -266,7 +266,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   };
   std::array<direct_payload, 2> direct_payload_;
   std::size_t outgoing_bytes_ = 0;
-  std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_
+  std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_ not yet written whole
   bool writing_ = false;
   fifo<one_sided_op> operations_;       ///< started and not completed (or withdrawn), in order
   std::size_t next_to_send_ = 0;        ///< index in operations_ of the first not sent nor passed
