@@ -217,13 +217,6 @@ class client {
     co_return false;
   }
 
-  // Whether a file whose size says 0 bytes reads as empty too.
-  static bool empty_indeed(asio::random_access_file& file) {
-    std::byte probe;
-    boost::system::error_code ec;
-    return file.read_some_at(0, asio::buffer(&probe, 1), ec) == 0;
-  }
-
   asio::awaitable<bool> send(ft::channel& ch, ft::sender& out, const ft::send_item& it) {
     asio::random_access_file file(disk_.executor());
     boost::system::error_code ec;
@@ -233,7 +226,7 @@ class client {
       co_return false;
     }
     const std::uint64_t size = file.size();
-    if (size == 0 && !empty_indeed(file)) {
+    if (size == 0 && ft::reads_past(file, 0)) {
       fail("cannot send " + it.path.string() + ": its size is not known in advance (like those of files in " +
            "/proc, it reads as more than the 0 bytes its size says); copy it to a regular file first");
       co_return false;

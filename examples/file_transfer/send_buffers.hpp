@@ -142,6 +142,14 @@ inline asio::awaitable<void> finish_read(send_buffers& f, const chunk& c, const 
   if (got != c.bytes) throw transfer_error(transfer_error::origin::local, name + " shrank while being sent");
 }
 
+/// Whether `file` reads a byte at `size`: it holds more than `size` bytes, whatever its size
+/// said (a file grown since, or one of /proc's, whose size says 0).
+inline bool reads_past(asio::random_access_file& file, std::uint64_t size) {
+  std::byte probe;
+  boost::system::error_code ec;
+  return file.read_some_at(size, asio::buffer(&probe, 1), ec) > 0;
+}
+
 /// A buffer with nothing under way and no chunk of `ahead` waiting in it, if any.
 inline std::optional<std::uint32_t> idle_buffer(const send_buffers& f, const std::deque<chunk>& ahead) {
   for (std::uint32_t b = 0; b < f.count; ++b) {

@@ -38,6 +38,10 @@ class sender {
                                const window& area, checksum_kind check, const progress_fn& progress) {
     hasher hash(ch_.socket().get_executor(), check);  // before send_window's hashes: outlives them
     co_await send_window(file, size, name, area, hash, progress);
+    // A file that grew meanwhile would arrive cut to its old size, verified: refused instead,
+    // as one that shrank is.
+    if (reads_past(file, size))
+      throw transfer_error(transfer_error::origin::local, name + " grew while being sent");
     auto [ec, sum] = co_await hash.async_finish(asio::as_tuple(asio::use_awaitable));
     // The last update's handler ran before this one: the hasher completes in order.
     if (ec || buffers_->hash_failed) throw_hash_failure(name, check);

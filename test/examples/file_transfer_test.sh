@@ -246,8 +246,24 @@ if wait_for "$log" 'receiving shrinks.bin failed: '; then pass "the server repor
 else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
 check "no shrinks.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
 finish "$server_pid"
+
+# A file that grows while it is sent would arrive cut to the size it had, and verified: the
+# sender looks past that size once it has read it all.
+start_server "$work/srv" -- --window 1 --slot-size 65536 --connections 1
+cp "$work/src/big.bin" "$work/src/grows.bin"
+"${to_server[@]}" send "$work/src/grows.bin" >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'grows.bin: [0-9]+%'
+kill -STOP "$server_pid"; head -c 4096 /dev/urandom >>"$work/src/grows.bin"; kill -CONT "$server_pid"
+finish "$client_pid"; cp "$work/client.log" "$work/out"
+check "a file that grows while sent: client exits 1" '[ "$rc" = 1 ]'
+out_has "cannot send .*grows.bin: .*grows.bin grew while being sent$" "client says the file grew"
+if wait_for "$log" 'receiving grows.bin failed: '; then pass "the server reports the sender's failure"
+else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
+check "no grows.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+finish "$server_pid"
 server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
-rm -f "$work/src/shrinks.bin"
+rm -f "$work/src/shrinks.bin" "$work/src/grows.bin"
 
 if tcp; then
     # The receiver's window follows the file: 16 slots of 16 MiB would take 256 MiB for 4 bytes.
