@@ -99,7 +99,7 @@ options parse(int argc, char** argv) {
       o.echo_count = 10;
       o.echo_warmup = 1;
     } else {
-      usage_error(program, "unknown option '" + std::string(arg) + "'");
+      cli::unknown_argument(program, arg);
     }
   }
   return o;

@@ -71,7 +71,7 @@ options parse(int argc, char** argv) {
       o.iterations = 20;
       o.warmup = 2;
     } else {
-      usage_error(program, "unknown option '" + std::string(arg) + "'");
+      cli::unknown_argument(program, arg);
     }
   }
   o.net.defaults.zero_copy_messages = !o.copy_sends;

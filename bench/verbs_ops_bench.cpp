@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--quick") {
       iterations = 500;
     } else {
-      cli::usage_error("verbs_ops_bench", "unknown option '" + std::string(arg) + "'");
+      cli::unknown_argument("verbs_ops_bench", arg);
     }
   }
   try {

@@ -19,6 +19,12 @@ namespace cli {
   std::exit(2);
 }
 
+/// Refuses `arg`: an option not known, or a word where none is taken.
+[[noreturn]] inline void unknown_argument(std::string_view program, std::string_view arg) {
+  usage_error(program,
+              (arg.starts_with('-') ? "unknown option '" : "unexpected argument '") + std::string(arg) + "'");
+}
+
 /// A whole decimal number within [low, high]; nothing else (no sign, no trailing text), but
 /// with a K or M suffix (powers of 1024) where `suffixed`, as sizes take.
 inline std::optional<std::size_t> number(std::string_view text, std::size_t low, std::size_t high,
@@ -60,11 +66,7 @@ class arguments {
     return argv_[++i_];
   }
   /// Refuses the current argument: an option not known, or a word where none is taken.
-  [[noreturn]] void unknown() const {
-    const std::string_view arg = current();
-    usage_error(program_, (arg.starts_with('-') ? "unknown option '" : "unexpected argument '") +
-                              std::string(arg) + "'");
-  }
+  [[noreturn]] void unknown() const { unknown_argument(program_, current()); }
   [[noreturn]] void bad_value(std::string_view what) const {
     usage_error(program_,
                 std::string(argv_[i_ - 1]) + " takes " + std::string(what) + ", not '" + argv_[i_] + "'");

@@ -56,7 +56,7 @@ for program in "$@"; do
             grep -qx "Try '$name --help' for the options." "$out"; then pass "$name $bad"
         else fail "$name $bad: exit $rc, output '$(show)'"; fi
     done
-    case $name in echo_server | echo_client | kv_server | file_server | pingpong)
+    case $name in echo_server | echo_client | kv_server | file_server | pingpong | *_bench | asio_baseline)
         # They take no operands: a stray word is not an option, and is not called one.
         refused "with a stray word" "unexpected argument 'extra'" "$program" extra
     esac

@@ -42,7 +42,7 @@ if [ "$mode" = tcp ]; then
 
     echo "== a full table"
     start_server --slots 2 --probes 1
-    expect 0 "put into the only slot" "stored 'a'" "${kv[@]}" put a 1
+    expect 0 "put into the only slot" "stored 'a' \(1 byte\)$" "${kv[@]}" put a 1
     collide=$(for k in b c d e f g h i j; do
         "${kv[@]}" put "$k" 1 >/dev/null 2>&1 || { echo "$k"; break; }; done)
     expect 1 "a colliding key finds the table full" 'table full: all 1 slots' "${kv[@]}" put "$collide" 1
