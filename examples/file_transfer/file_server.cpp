@@ -35,6 +35,8 @@ constexpr std::string_view usage =
     "                     '.', no control characters; a symbolic link in it is followed). A file\n"
     "                     being received is written as .NAME.part-XXXXXX and renamed to NAME,\n"
     "                     replacing any file of that name, once its size and checksum match\n"
+    "                     (a server killed mid-transfer leaves its .part file, which the next\n"
+    "                     one names when it starts)\n"
     "  --listen ADDR      IPv4 or IPv6 address to listen on (default 0.0.0.0); RDMA clients need\n"
     "                     the address of an RDMA device, not 127.0.0.1\n"
     "  --port N           port, 0 to let the system pick one (default 7001)\n"
@@ -113,6 +115,13 @@ class server {
   void start() {
     cli::announce([](const auto&... parts) { say(parts...); }, acceptor_, opt_.kind, ", serving ",
                   opt_.dir.string());
+    // Told, not removed: another server may be receiving them into the same directory.
+    if (const auto parts = ft::part_names(opt_.dir); !parts.empty()) {
+      std::string names;
+      for (const auto& n : parts) names += (names.empty() ? "" : ", ") + n;
+      say(parts.size(), " partial file(s) of interrupted transfers in ", opt_.dir.string(), ": ", names,
+          " (remove them once no server receives into it)");
+    }
     asio::co_spawn(acceptor_.get_executor(), accept_loop(), rethrow);
     signals_.async_wait([this](boost::system::error_code ec, int signal) {
       if (!ec) stop(signal == SIGINT ? "SIGINT" : "SIGTERM");

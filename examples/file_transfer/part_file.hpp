@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 // Files go through io_uring: the library defines BOOST_ASIO_HAS_IO_URING for its users.
 #if !defined(BOOST_ASIO_HAS_FILE)
@@ -25,6 +27,21 @@
 namespace ft {
 
 namespace asio = boost::asio;
+
+/// The names in `dir` that part_file gives files being received (`.NAME.part-XXXXXX`): those a
+/// server killed mid-transfer (SIGKILL, a crash) left, unless one is receiving them now.
+inline std::vector<std::string> part_names(const std::filesystem::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto at = name.rfind(".part-");
+    if (name.starts_with('.') && at != std::string::npos && at > 1 && name.size() == at + 12)
+      found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
 
 class part_file {
  public:

@@ -324,6 +324,15 @@ out_has "^file_client: cannot send .*big.bin: $gone" "client says the server wen
 # shellcheck disable=SC2046 # one word per leftover name
 check "the crashed server left no crash.bin, at most its .part file" \
     'only_files "$work/srv" "${served[@]}" $(names "$work/srv" | grep "^\.crash\.bin\.part-")'
+leftover=$(names "$work/srv" | grep "^\.crash\.bin\.part-")
+if [ -n "$leftover" ]; then  # the next server names it, and leaves it be
+    start_server "$work/srv"
+    wait_for "$log" "partial file" >/dev/null; cp "$log" "$work/out"
+    out_has "^file_server: 1 partial file\(s\) of interrupted transfers in .*: \\$leftover \\(" "the next server names the .part file"
+    check "and leaves it be" '[ -e "$work/srv/$leftover" ]'
+    kill -TERM "$server_pid"; finish "$server_pid"
+    rm -f "$work/srv/$leftover"
+fi
 
 if tcp; then
     start_server "$work/srv"
