@@ -117,8 +117,11 @@ class server {
                   opt_.dir.string());
     // Told, not removed: another server may be receiving them into the same directory.
     if (const auto parts = ft::part_names(opt_.dir); !parts.empty()) {
+      constexpr std::size_t shown = 10;
       std::string names;
-      for (const auto& n : parts) names += (names.empty() ? "" : ", ") + n;
+      for (std::size_t i = 0; i < std::min(parts.size(), shown); ++i)
+        names += (i == 0 ? "" : ", ") + ft::printable(parts[i]);
+      if (parts.size() > shown) names += " and " + std::to_string(parts.size() - shown) + " more";
       say(parts.size(), " partial file(s) of interrupted transfers in ", opt_.dir.string(), ": ", names,
           " (remove them once no server receives into it)");
     }

@@ -12,6 +12,7 @@
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,16 +29,20 @@ namespace ft {
 
 namespace asio = boost::asio;
 
-/// The names in `dir` that part_file gives files being received (`.NAME.part-XXXXXX`): those a
-/// server killed mid-transfer (SIGKILL, a crash) left, unless one is receiving them now.
+/// The regular files in `dir` named as part_file names files being received
+/// (`.NAME.part-XXXXXX`, mkstemp's six letters and digits): those a server killed mid-transfer
+/// (SIGKILL, a crash) left, unless one is receiving them now. A directory that cannot be read
+/// (whole or in part) gives what was read.
 inline std::vector<std::string> part_names(const std::filesystem::path& dir) {
   std::vector<std::string> found;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     const auto at = name.rfind(".part-");
-    if (name.starts_with('.') && at != std::string::npos && at > 1 && name.size() == at + 12)
-      found.push_back(name);
+    const bool named = name.starts_with('.') && at != std::string::npos && at > 1 && name.size() == at + 12 &&
+                       std::all_of(name.begin() + at + 6, name.end(), [](char c) { return std::isalnum(c); });
+    std::error_code type_ec;
+    if (named && it->is_regular_file(type_ec)) found.push_back(name);
   }
   std::sort(found.begin(), found.end());
   return found;

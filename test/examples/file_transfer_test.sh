@@ -265,6 +265,20 @@ finish "$server_pid"
 server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
 rm -f "$work/src/shrinks.bin" "$work/src/grows.bin"
 
+# The same when the server sends: a file of its directory that grows while it is fetched (into
+# a window of one 64 KiB slot, which a stopped client credits nothing).
+cp "$work/src/big.bin" "$work/srv/grows2.bin"
+mkdir "$work/dl3"
+"${to_server[@]}" --window 1 --slot-size 65536 fetch grows2.bin --to "$work/dl3" >"$work/client.log" 2>&1 &
+client_pid=$! && pids+=("$client_pid")
+wait_for "$work/client.log" 'grows2.bin: [0-9]+%'
+kill -STOP "$client_pid"; head -c 4096 /dev/urandom >>"$work/srv/grows2.bin"; kill -CONT "$client_pid"
+finish "$client_pid"; cp "$work/client.log" "$work/out"
+check "a file that grows while fetched: client exits 1" '[ "$rc" = 1 ]'
+out_has "cannot fetch grows2.bin: .*grows2.bin grew while being sent$" "client says the file grew"
+check "no grows2.bin fetched, no temporary file" 'only_files "$work/dl3"'
+rm -f "$work/srv/grows2.bin"
+
 if tcp; then
     # The receiver's window follows the file: 16 slots of 16 MiB would take 256 MiB for 4 bytes.
     start_server "$work/srv" -- --window 16 --slot-size 16M
@@ -324,15 +338,16 @@ out_has "^file_client: cannot send .*big.bin: $gone" "client says the server wen
 # shellcheck disable=SC2046 # one word per leftover name
 check "the crashed server left no crash.bin, at most its .part file" \
     'only_files "$work/srv" "${served[@]}" $(names "$work/srv" | grep "^\.crash\.bin\.part-")'
+# The client's progress means the server had made its .part file: SIGKILL leaves it, and the
+# next server names it and leaves it be.
 leftover=$(names "$work/srv" | grep "^\.crash\.bin\.part-")
-if [ -n "$leftover" ]; then  # the next server names it, and leaves it be
-    start_server "$work/srv"
-    wait_for "$log" "partial file" >/dev/null; cp "$log" "$work/out"
-    out_has "^file_server: 1 partial file\(s\) of interrupted transfers in .*: \\$leftover \\(" "the next server names the .part file"
-    check "and leaves it be" '[ -e "$work/srv/$leftover" ]'
-    kill -TERM "$server_pid"; finish "$server_pid"
-    rm -f "$work/srv/$leftover"
-fi
+check "the crashed server left its .part file" '[ -n "$leftover" ]'
+start_server "$work/srv"
+wait_for "$log" "partial file" >/dev/null; cp "$log" "$work/out"
+out_has "^file_server: 1 partial file\(s\) of interrupted transfers in .*: \\$leftover \\(" "the next server names the .part file"
+check "and leaves it be" '[ -n "$leftover" ] && [ -e "$work/srv/$leftover" ]'
+kill -TERM "$server_pid"; finish "$server_pid"
+[ -z "$leftover" ] || rm -f "$work/srv/$leftover"
 
 if tcp; then
     start_server "$work/srv"
