@@ -229,41 +229,34 @@ else cp "$log" "$work/out"; fail "kill -9 the sending client: server reports it"
 check "no killed.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
 
 # The sender reads a few slots ahead of its WRITEs: a file cut short under it must still be
-# noticed. A server of its own with a window of one 64 KiB slot makes the transfer slow (a
-# credit per 64 KiB), and a stopped server credits nothing: the sender stops 192 KiB ahead,
-# far from the end, until the file is cut.
+# noticed, and one that grows would arrive cut to the size it had, and verified (the sender
+# looks past that size once it has read it all). A server of its own with a window of one 64
+# KiB slot makes the transfer slow (a credit per 64 KiB), and a stopped server credits nothing:
+# the sender stops 192 KiB ahead, far from the end, until the file is changed.
+# changed_while_sent NAME VERB PAST CHANGE...: sends a copy of big.bin as NAME, runs CHANGE NAME's
+# path while the server is stopped; the client must fail saying NAME PAST while being sent.
+changed_while_sent() {
+    local name=$1 verb=$2 past=$3; shift 3
+    start_server "$work/srv" -- --window 1 --slot-size 65536 --connections 1
+    cp "$work/src/big.bin" "$work/src/$name"
+    "${to_server[@]}" send "$work/src/$name" >"$work/client.log" 2>&1 &
+    client_pid=$! && pids+=("$client_pid")
+    wait_for "$work/client.log" "$name: [0-9]+%"
+    kill -STOP "$server_pid"; "$@" "$work/src/$name"; kill -CONT "$server_pid"
+    finish "$client_pid"; cp "$work/client.log" "$work/out"
+    check "a file that $verb while sent: client exits 1" '[ "$rc" = 1 ]'
+    out_has "cannot send .*$name: .*$name $past while being sent\$" "client says the file $past"
+    if wait_for "$log" "receiving $name failed: "; then pass "the server reports the sender's failure"
+    else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
+    check "no $name on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
+    finish "$server_pid"
+    rm -f "$work/src/$name"
+}
+append_4k() { head -c 4096 /dev/urandom >>"$1"; }
 main_pid=$server_pid main_log=$log main_to=("${to_server[@]}")
-start_server "$work/srv" -- --window 1 --slot-size 65536 --connections 1
-cp "$work/src/big.bin" "$work/src/shrinks.bin"
-"${to_server[@]}" send "$work/src/shrinks.bin" >"$work/client.log" 2>&1 &
-client_pid=$! && pids+=("$client_pid")
-wait_for "$work/client.log" 'shrinks.bin: [0-9]+%'
-kill -STOP "$server_pid"; truncate -s 1M "$work/src/shrinks.bin"; kill -CONT "$server_pid"
-finish "$client_pid"; cp "$work/client.log" "$work/out"
-check "a file that shrinks while sent: client exits 1" '[ "$rc" = 1 ]'
-out_has "cannot send .*shrinks.bin: .*shrinks.bin shrank while being sent$" "client says the file shrank"
-if wait_for "$log" 'receiving shrinks.bin failed: '; then pass "the server reports the sender's failure"
-else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
-check "no shrinks.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
-finish "$server_pid"
-
-# A file that grows while it is sent would arrive cut to the size it had, and verified: the
-# sender looks past that size once it has read it all.
-start_server "$work/srv" -- --window 1 --slot-size 65536 --connections 1
-cp "$work/src/big.bin" "$work/src/grows.bin"
-"${to_server[@]}" send "$work/src/grows.bin" >"$work/client.log" 2>&1 &
-client_pid=$! && pids+=("$client_pid")
-wait_for "$work/client.log" 'grows.bin: [0-9]+%'
-kill -STOP "$server_pid"; head -c 4096 /dev/urandom >>"$work/src/grows.bin"; kill -CONT "$server_pid"
-finish "$client_pid"; cp "$work/client.log" "$work/out"
-check "a file that grows while sent: client exits 1" '[ "$rc" = 1 ]'
-out_has "cannot send .*grows.bin: .*grows.bin grew while being sent$" "client says the file grew"
-if wait_for "$log" 'receiving grows.bin failed: '; then pass "the server reports the sender's failure"
-else cp "$log" "$work/out"; fail "the server reports the sender's failure"; fi
-check "no grows.bin on the server, no temporary file" 'only_files "$work/srv" "${served[@]}"'
-finish "$server_pid"
+changed_while_sent shrinks.bin shrinks shrank truncate -s 1M
+changed_while_sent grows.bin grows grew append_4k
 server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
-rm -f "$work/src/shrinks.bin" "$work/src/grows.bin"
 
 # The same when the server sends: a file of its directory that grows while it is fetched (into
 # a window of one 64 KiB slot, which a stopped client credits nothing).
@@ -272,7 +265,7 @@ mkdir "$work/dl3"
 "${to_server[@]}" --window 1 --slot-size 65536 fetch grows2.bin --to "$work/dl3" >"$work/client.log" 2>&1 &
 client_pid=$! && pids+=("$client_pid")
 wait_for "$work/client.log" 'grows2.bin: [0-9]+%'
-kill -STOP "$client_pid"; head -c 4096 /dev/urandom >>"$work/srv/grows2.bin"; kill -CONT "$client_pid"
+kill -STOP "$client_pid"; append_4k "$work/srv/grows2.bin"; kill -CONT "$client_pid"
 finish "$client_pid"; cp "$work/client.log" "$work/out"
 check "a file that grows while fetched: client exits 1" '[ "$rc" = 1 ]'
 out_has "cannot fetch grows2.bin: .*grows2.bin grew while being sent$" "client says the file grew"
