@@ -126,7 +126,7 @@ void tcp_stream::on_write_some(error_code ec, std::size_t n) {
       counted_out = true;
     }
   }
-  if (counted_out && responses_queued_ < max_queued_responses) resume_reading();
+  if (counted_out) resume_reading();  // read_frames pauses again while the hold still applies
   write_gathered();
 }
 

@@ -811,42 +811,69 @@ BOOST_AUTO_TEST_CASE(reads_split_at_the_peers_limit) {
 // A peer that sends more read requests than it may leave unanswered, without reading the
 // responses: the responder stops reading rather than queueing responses without bound, and
 // resumes, losing nothing, once the peer reads.
-BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
-  raw_peer p;
-  constexpr std::uint32_t size = 1u << 20;
-  constexpr std::uint64_t requests = 64;
-  std::vector<std::byte> memory = test::random_bytes(size, 5);
-  auto reg = p.a.register_memory(memory, verbs::access::remote_read);
-  const remote_buffer r = reg.remote();
-  // Small buffers: the answers stay queued at the responder, not in the kernels.
-  p.a.set_option(asio::socket_base::send_buffer_size(64 * 1024));
-  p.raw.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
-  // One request per segment: the responder's reads count them. Each of the first `cap` is read
-  // (waited for); then it stops reading, with `cap` answers queued, none of them written
-  // whole (the kernels hold less than one), and the rest wait in the kernel. `cap` is one more
-  // than the window a peer keeps to (src/tcp_stream_shared.hpp says why).
-  constexpr std::uint64_t cap = detail::tcp_stream::max_unanswered + 1;
-  static_assert(cap < requests);
-  const std::uint64_t reads_before = p.stream->socket_reads();
-  for (std::uint64_t id = 1; id <= requests; ++id) {
+namespace {
+// The answers a responder queues for reads of 1 MiB from `memory`, over small socket buffers:
+// each stays queued at the responder, the kernels holding less than one.
+struct one_mib_reads {
+  static constexpr std::uint32_t size = 1u << 20;
+  raw_peer& p;
+  std::vector<std::byte> memory;
+  registered_memory region;
+  std::uint64_t reads_before = 0;
+
+  one_mib_reads(raw_peer& peer, unsigned seed)
+      : p(peer),
+        memory(test::random_bytes(size, seed)),
+        region(p.a.register_memory(memory, verbs::access::remote_read)) {
+    p.a.set_option(asio::socket_base::send_buffer_size(64 * 1024));
+    p.raw.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
+  }
+  void request(std::uint64_t id) {
+    const remote_buffer r = region.remote();
     p.send({.type = frame_type::read_request,
             .request_id = id,
             .remote_address = r.address,
             .rkey = r.rkey,
             .length = size});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(id <= cap ? 5000 : 20);
-    while (p.stream->socket_reads() - reads_before < id && std::chrono::steady_clock::now() < deadline) {
+  }
+  /// Counts the responder's socket reads from here (each request sent alone is one).
+  void count_reads() { reads_before = p.stream->socket_reads(); }
+  std::uint64_t reads() const { return p.stream->socket_reads() - reads_before; }
+  /// Runs the responder until reads() reaches `n` or `limit` passes.
+  void run_until_read(std::uint64_t n, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (reads() < n && std::chrono::steady_clock::now() < deadline) {
       p.io.restart();
       p.io.run_for(std::chrono::milliseconds(1));
     }
   }
-  BOOST_TEST(p.stream->socket_reads() - reads_before == cap);
-  for (std::uint64_t id = 1; id <= requests; ++id) {
+  /// The next frame answers read `id` with all of `memory`.
+  void expect_answer(std::uint64_t id) {
     const frame f = p.receive();
     BOOST_TEST_REQUIRE((f.h.type == frame_type::read_response && f.h.status == frame_status::ok));
     BOOST_TEST_REQUIRE(f.h.request_id == id);
     BOOST_TEST_REQUIRE((f.payload == memory));
   }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
+  raw_peer p;
+  one_mib_reads load(p, 5);
+  constexpr std::uint64_t requests = 64;
+  // One request per segment: the responder's reads count them. Each of the first `cap` is read
+  // (waited for); then it stops reading, with `cap` answers queued, none of them written
+  // whole, and the rest wait in the kernel. `cap` is one more than the window a peer keeps to
+  // (src/tcp_stream_shared.hpp says why).
+  constexpr std::uint64_t cap = detail::tcp_stream::max_unanswered + 1;
+  static_assert(cap < requests);
+  load.count_reads();
+  for (std::uint64_t id = 1; id <= requests; ++id) {
+    load.request(id);
+    load.run_until_read(id, std::chrono::milliseconds(id <= cap ? 5000 : 20));
+  }
+  BOOST_TEST(load.reads() == cap);
+  for (std::uint64_t id = 1; id <= requests; ++id) load.expect_answer(id);
 }
 
 // An answer counts against the hold on a peer's requests only while it waits: one TCP took
@@ -854,44 +881,21 @@ BOOST_AUTO_TEST_CASE(a_responder_holds_back_a_peer_that_does_not_read) {
 // reads the answers as they come is not held back while the write of the later answers lasts.
 BOOST_AUTO_TEST_CASE(answers_taken_whole_free_the_window_during_a_longer_write) {
   raw_peer p;
-  constexpr std::uint32_t size = 1u << 20;
+  one_mib_reads load(p, 6);
   constexpr std::uint64_t window = detail::tcp_stream::max_unanswered, taken = 4;
-  std::vector<std::byte> memory = test::random_bytes(size, 6);
-  auto reg = p.a.register_memory(memory, verbs::access::remote_read);
-  const remote_buffer r = reg.remote();
-  p.a.set_option(asio::socket_base::send_buffer_size(64 * 1024));
-  p.raw.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
-  const auto request = [&](std::uint64_t id) {
-    p.send({.type = frame_type::read_request,
-            .request_id = id,
-            .remote_address = r.address,
-            .rkey = r.rkey,
-            .length = size});
-  };
-  const auto answer = [&](std::uint64_t id) {
-    const frame f = p.receive();
-    BOOST_TEST_REQUIRE((f.h.type == frame_type::read_response && f.h.status == frame_status::ok));
-    BOOST_TEST_REQUIRE(f.h.request_id == id);
-    BOOST_TEST_REQUIRE((f.payload == memory));
-  };
-  for (std::uint64_t id = 1; id <= window; ++id) request(id);
+  for (std::uint64_t id = 1; id <= window; ++id) load.request(id);
   // The first answer goes out alone (its write started at once); the other 15 in one write,
   // of which these take the first answers whole.
-  for (std::uint64_t id = 1; id <= taken; ++id) answer(id);
+  for (std::uint64_t id = 1; id <= taken; ++id) load.expect_answer(id);
   // As many new requests, one per segment: each is read while that write still lasts (counting
   // its answers until the whole write ends, the responder stops at the third: 17 queued).
-  const std::uint64_t reads_before = p.stream->socket_reads();
+  load.count_reads();
   for (std::uint64_t i = 1; i <= taken; ++i) {
-    request(window + i);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (p.stream->socket_reads() - reads_before < i && std::chrono::steady_clock::now() < deadline) {
-      p.io.restart();
-      p.io.run_for(std::chrono::milliseconds(1));
-    }
-    BOOST_TEST_REQUIRE(p.stream->socket_reads() - reads_before == i,
-                       "request " << window + i << " was not read");
+    load.request(window + i);
+    load.run_until_read(i, std::chrono::seconds(5));
+    BOOST_TEST_REQUIRE(load.reads() == i, "request " << window + i << " was not read");
   }
-  for (std::uint64_t id = taken + 1; id <= window + taken; ++id) answer(id);
+  for (std::uint64_t id = taken + 1; id <= window + taken; ++id) load.expect_answer(id);
 }
 
 // Writes copies of `frame` to `a` as fast as it takes them, reading (and dropping) whatever
