@@ -185,10 +185,10 @@ class run {
     go_.cancel();
   }
 
-  // Ten times a second (so that a timeout fires within 0.1 s of its time): the timeout for
-  // connecting and for replies, and progress: each second on a terminal, on stdout with the
-  // rest; elsewhere every few seconds on stderr, where a log shows a long run moving without
-  // the lines a script reads from stdout changing.
+  // Ten times a second, so that a timeout comes a fraction of a second late, not a whole one:
+  // the timeout for connecting and for replies, and progress: each second on a terminal, on
+  // stdout with the rest; elsewhere every few seconds on stderr, where a log shows a long run
+  // moving without the lines a script reads from stdout changing.
   void tick() {
     ticker_.expires_after(std::chrono::milliseconds(100));
     ticker_.async_wait([this](boost::system::error_code ec) {

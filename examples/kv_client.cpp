@@ -248,8 +248,8 @@ class client {
     shown_count_ = done;
   }
 
-  // Ten times a second (so that a timeout fires within 0.1 s of its time): the timeout for
-  // connecting and for answers, and bench's and stress's progress.
+  // Ten times a second, so that a timeout comes a fraction of a second late, not a whole one:
+  // the timeout for connecting and for answers, and bench's and stress's progress.
   void tick() {
     ticker_.expires_after(std::chrono::milliseconds(100));
     ticker_.async_wait([this](boost::system::error_code ec) {

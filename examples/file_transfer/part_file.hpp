@@ -12,7 +12,6 @@
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -40,7 +39,9 @@ inline std::vector<std::string> part_names(const std::filesystem::path& dir) {
     const std::string name = it->path().filename().string();
     const auto at = name.rfind(".part-");
     const bool named = name.starts_with('.') && at != std::string::npos && at > 1 && name.size() == at + 12 &&
-                       std::all_of(name.begin() + at + 6, name.end(), [](char c) { return std::isalnum(c); });
+                       std::all_of(name.begin() + at + 6, name.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+                       });
     std::error_code type_ec;
     if (named && it->is_regular_file(type_ec)) found.push_back(name);
   }

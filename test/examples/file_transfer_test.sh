@@ -262,13 +262,15 @@ server_pid=$main_pid log=$main_log to_server=("${main_to[@]}")
 # a window of one 64 KiB slot, which a stopped client credits nothing).
 cp "$work/src/big.bin" "$work/srv/grows2.bin"
 mkdir "$work/dl3"
-"${to_server[@]}" --window 1 --slot-size 65536 fetch grows2.bin --to "$work/dl3" >"$work/client.log" 2>&1 &
+"${to_server[@]}" --window 1 --slot-size 65536 fetch grows2.bin --to "$work/dl3" \
+    >"$work/client.log" 2>&1 &
 client_pid=$! && pids+=("$client_pid")
 wait_for "$work/client.log" 'grows2.bin: [0-9]+%'
 kill -STOP "$client_pid"; append_4k "$work/srv/grows2.bin"; kill -CONT "$client_pid"
 finish "$client_pid"; cp "$work/client.log" "$work/out"
 check "a file that grows while fetched: client exits 1" '[ "$rc" = 1 ]'
-out_has "cannot fetch grows2.bin: .*grows2.bin grew while being sent$" "client says the file grew"
+out_has "cannot fetch grows2.bin: .*grows2.bin grew while being sent$" \
+    "client says the file grew"
 check "no grows2.bin fetched, no temporary file" 'only_files "$work/dl3"'
 rm -f "$work/srv/grows2.bin"
 
@@ -337,7 +339,8 @@ leftover=$(names "$work/srv" | grep "^\.crash\.bin\.part-")
 check "the crashed server left its .part file" '[ -n "$leftover" ]'
 start_server "$work/srv"
 wait_for "$log" "partial file" >/dev/null; cp "$log" "$work/out"
-out_has "^file_server: 1 partial file\(s\) of interrupted transfers in .*: \\$leftover \\(" "the next server names the .part file"
+out_has "^file_server: 1 partial file\(s\) of interrupted transfers in .*: \\$leftover \\(" \
+    "the next server names the .part file"
 check "and leaves it be" '[ -n "$leftover" ] && [ -e "$work/srv/$leftover" ]'
 kill -TERM "$server_pid"; finish "$server_pid"
 [ -z "$leftover" ] || rm -f "$work/srv/$leftover"
