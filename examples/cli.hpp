@@ -125,6 +125,20 @@ void announce(Say say, const coverbs::acceptor& a, coverbs::transport asked, con
   }
 }
 
+/// How often a client checks its timeout and progress: ten times a second, so that a timeout
+/// comes a fraction of a second late, not a whole one.
+inline constexpr std::chrono::milliseconds tick_period{100};
+
+/// Whether a client's next progress line is due, `shown_at` being the last one's time: each
+/// second on a terminal; elsewhere every five, on stderr, where a log shows a long run moving
+/// without the lines a script reads from stdout changing. With a little slack, since the ticks
+/// drift a little behind whole tenths.
+inline bool progress_due(bool terminal, std::chrono::steady_clock::time_point now,
+                         std::chrono::steady_clock::time_point shown_at) {
+  const auto every = terminal ? std::chrono::seconds(1) : std::chrono::seconds(5);
+  return now - shown_at >= every - tick_period / 2;
+}
+
 /// Stops waiting for SIGINT and SIGTERM once a program has nothing left to stop, so that
 /// `io_context::run` can return, and gives the signals back their default action: should the
 /// rest of the shutdown stall, a signal still ends the program instead of being caught by a

@@ -185,12 +185,9 @@ class run {
     go_.cancel();
   }
 
-  // Ten times a second, so that a timeout comes a fraction of a second late, not a whole one:
-  // the timeout for connecting and for replies, and progress: each second on a terminal, on
-  // stdout with the rest; elsewhere every few seconds on stderr, where a log shows a long run
-  // moving without the lines a script reads from stdout changing.
+  // The timeout for connecting and for replies, and progress (cli::progress_due).
   void tick() {
-    ticker_.expires_after(std::chrono::milliseconds(100));
+    ticker_.expires_after(cli::tick_period);
     ticker_.async_wait([this](boost::system::error_code ec) {
       // done() cancels the timer, but a tick already due when it did still runs, without an
       // error: it must not go on ticking, and time the run out, after every connection finished.
@@ -206,11 +203,7 @@ class run {
         return fail(std::string(what) + opt_.server.text() + " took longer than " +
                     std::to_string(opt_.timeout.count()) + " s");
       }
-      const auto every = terminal_ ? std::chrono::seconds(1) : std::chrono::seconds(5);
-      // A little slack: the ticks drift a little behind whole tenths.
-      if (connected_ == opt_.connections && now - shown_at_ >= every - std::chrono::milliseconds(50)) {
-        progress(now);
-      }
+      if (connected_ == opt_.connections && cli::progress_due(terminal_, now, shown_at_)) progress(now);
       tick();
     });
   }

@@ -248,10 +248,10 @@ class client {
     shown_count_ = done;
   }
 
-  // Ten times a second, so that a timeout comes a fraction of a second late, not a whole one:
-  // the timeout for connecting and for answers, and bench's and stress's progress.
+  // The timeout for connecting and for answers, and bench's and stress's progress
+  // (cli::progress_due).
   void tick() {
-    ticker_.expires_after(std::chrono::milliseconds(100));
+    ticker_.expires_after(cli::tick_period);
     ticker_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       const auto now = std::chrono::steady_clock::now();
@@ -266,10 +266,8 @@ class client {
         return io_.stop();
       }
       const auto& cmd = opt_.command[0];
-      const auto every = terminal_ ? std::chrono::seconds(1) : std::chrono::seconds(5);
-      // A little slack: the ticks drift a little behind whole tenths.
       if ((cmd == "bench" || cmd == "stress") && progress_.connected &&
-          now - shown_at_ >= every - std::chrono::milliseconds(50)) {
+          cli::progress_due(terminal_, now, shown_at_)) {
         show_progress(now);
       }
       tick();

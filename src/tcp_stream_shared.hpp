@@ -19,13 +19,6 @@ using kind = one_sided_request::kind;
 // Bytes queued for sending before writes wait: enough to keep TCP busy, bounded for slow peers.
 inline constexpr std::size_t max_outgoing_bytes = 2u << 20;
 
-// Responses queued before reading the peer's requests pauses. A peer that keeps to its window
-// of unanswered requests has no more waiting here than the window, each counted out as its
-// bytes leave; but a response that left may reach the peer, and bring its next request, before
-// this side sees the write's completion: one more then pauses reading only until it does. Only
-// a peer that ignores the window queues more, and TCP holds it back once this side stops reading.
-inline constexpr std::size_t max_queued_responses = tcp_stream::max_unanswered + 1;
-
 // What operations still pending when the connection fails end with, as flushed work requests do.
 inline error_code flushed() {
   return make_error_code(wc_errc::flushed);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -28,18 +29,23 @@ namespace ft {
 
 namespace asio = boost::asio;
 
+/// What part_file adds to a name: mkstemp replaces the six X's with letters and digits.
+inline constexpr std::string_view part_suffix = ".part-XXXXXX";
+
 /// The regular files in `dir` named as part_file names files being received
 /// (`.NAME.part-XXXXXX`, mkstemp's six letters and digits): those a server killed mid-transfer
 /// (SIGKILL, a crash) left, unless one is receiving them now. A directory that cannot be read
 /// (whole or in part) gives what was read.
 inline std::vector<std::string> part_names(const std::filesystem::path& dir) {
+  constexpr std::string_view mark = part_suffix.substr(0, part_suffix.size() - 6);  // ".part-"
   std::vector<std::string> found;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const auto at = name.rfind(".part-");
-    const bool named = name.starts_with('.') && at != std::string::npos && at > 1 && name.size() == at + 12 &&
-                       std::all_of(name.begin() + at + 6, name.end(), [](char c) {
+    const auto at = name.rfind(mark);
+    const bool named = name.starts_with('.') && at != std::string::npos && at > 1 &&
+                       name.size() == at + part_suffix.size() &&
+                       std::all_of(name.begin() + at + mark.size(), name.end(), [](char c) {
                          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
                        });
     std::error_code type_ec;
@@ -62,7 +68,7 @@ class part_file {
     if (::lstat(final_.c_str(), &there) == 0 && S_ISDIR(there.st_mode))
       throw std::system_error(EISDIR, std::generic_category(), "cannot replace " + final_.string());
     // Long names are cut in the temporary one: NAME_MAX applies to it too.
-    std::string pattern = (dir / ("." + name.substr(0, 200) + ".part-XXXXXX")).string();
+    std::string pattern = (dir / ("." + name.substr(0, 200) + std::string(part_suffix))).string();
     const int fd = ::mkstemp(pattern.data());
     if (fd < 0)
       throw std::system_error(errno, std::generic_category(), "cannot create a file in " + dir.string());

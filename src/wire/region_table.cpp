@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "coverbs/detail/throw_error.hpp"
 #include "coverbs/error.hpp"
 
 namespace coverbs::wire {
@@ -23,7 +24,7 @@ std::uint32_t random_key() {
   for (;;) {
     const ssize_t n = ::getrandom(&key, sizeof key, 0);
     if (n == static_cast<ssize_t>(sizeof key)) return key;
-    if (n < 0 && errno != EINTR) throw std::system_error(errno, std::system_category(), "coverbs: getrandom");
+    if (n < 0 && errno != EINTR) coverbs::detail::throw_errno("coverbs: getrandom");
   }
 }
 

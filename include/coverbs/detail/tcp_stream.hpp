@@ -25,6 +25,12 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   /// Request frames a requester leaves unanswered at most (the protocol's rule, like an RDMA
   /// initiator depth).
   static constexpr std::uint32_t max_unanswered = 16;
+  /// Responses queued before reading the peer's requests pauses. A peer that keeps to its
+  /// window has no more waiting than the window, each counted out as its bytes leave; but a
+  /// response that left may reach the peer, and bring its next request, before this side sees
+  /// the write's completion: one more then pauses reading only until it does. Only a peer that
+  /// ignores the window queues more, and TCP holds it back once this side stops reading.
+  static constexpr std::size_t max_queued_responses = max_unanswered + 1;
   /// Frames gathered into one write at most (a direct one counts as one frame).
   static constexpr std::size_t max_gathered_frames = 32;
 
