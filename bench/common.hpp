@@ -17,13 +17,14 @@
 
 #include "../examples/command_line.hpp"
 #include "../examples/percentile.hpp"
+#include "../test/allocation_count.hpp"
 
 namespace bench {
 
 using clock_type = std::chrono::steady_clock;
 
-/// Heap allocations so far, where the program includes alloc_counter.hpp (else stays 0).
-inline std::atomic<std::size_t> allocations{0};
+/// Heap allocations so far, where the program includes test/allocation_counter.hpp (else 0).
+using coverbs::test::allocations;
 
 using cli::arguments;
 using cli::split;

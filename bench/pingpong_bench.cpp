@@ -3,7 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <iostream>
 
-#include "alloc_counter.hpp"
+#include "../test/allocation_counter.hpp"
 #include "coverbs_side.hpp"
 
 namespace {
@@ -19,7 +19,7 @@ constexpr std::string_view usage_head =
     "Latency between two coverbs sockets in one process (a server thread and a client thread,\n"
     "each with its own io_context). Prints a table and, for bench/run, lines\n"
     "'csv,BENCH,coverbs,TRANSPORT,MODE,SIZE,1,METRIC,VALUE' with p50_us, p99_us, p999_us, and\n"
-    "for ping-pong allocs_per_rt: operator new calls per round trip, both sides together.\n";
+    "for ping-pong allocs_per_rt: heap allocations (malloc-family calls) per round trip, both sides.\n";
 constexpr std::string_view usage_tail =
     "  --sizes LIST    message sizes in bytes, K and M allowed (default 64,4K,64K); a send\n"
     "                  must fit one stream buffer (--buffer-size)\n"
@@ -135,6 +135,11 @@ void report(const case_id& c, latency_samples& samples) {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
+  if (!coverbs::test::counter_sees_allocations()) {
+    std::cerr
+        << "pingpong_bench: the allocation counter misses allocations; its figures would mean nothing\n";
+    return 1;
+  }
   try {
     for (auto op : o.ops) {
       for (auto mode : o.net.effective_modes()) {

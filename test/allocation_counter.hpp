@@ -6,16 +6,10 @@
 // this file replaces glibc's malloc family with forwarders to glibc's own implementation.
 #pragma once
 
-#include <atomic>
 #include <cerrno>
 #include <cstddef>
 
-namespace coverbs::test {
-inline std::atomic<std::size_t> allocations{0};
-inline void count_allocation() noexcept {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace coverbs::test
+#include "allocation_count.hpp"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
