@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/io_context.hpp>
 #include <string>
 #include <system_error>
@@ -110,11 +111,13 @@ void completion_engine::wait_for_event() {
   ++waits_;
   if (watch_timer_ && !watching_) watch();
   descriptor_->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                          [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
-                            if (ec || !self->current(loop)) return;
-                            self->waiting_ = false;
-                            self->on_event();
-                          });
+                          boost::asio::bind_allocator(
+                              operation_allocator<void>(wait_memory_.get()),
+                              [self = shared_from_this(), loop = loop_](const boost::system::error_code& ec) {
+                                if (ec || !self->current(loop)) return;
+                                self->waiting_ = false;
+                                self->on_event();
+                              }));
   waiting.registered();
 }
 
