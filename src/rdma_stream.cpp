@@ -68,6 +68,14 @@ void rdma_stream::set_peer(stream_geometry peer) {
   send_mr_.emplace(pd_, std::span(send_memory_.get(), size), verbs::access::none);
   credits_ = peer.buffers;
   for (std::uint32_t i = peer.buffers; i > 0; --i) free_send_.push_back(i - 1);
+  // Every send the credits allow, in flight at once, and a few of each size for the stream's
+  // other operations (handlers waiting, the posts that complete them): the pool would otherwise
+  // grow the first time a burst is that large, at any time in a connection's life, which a
+  // ping-pong's samples showed (receives are all posted from the start).
+  operation_memory& memory = *allocator().memory();
+  memory.reserve(sizeof(wr_operation<bytes_result, send_done>), std::size_t{peer.buffers} + control_slots);
+  constexpr std::size_t spare = 4;
+  memory.reserve_each_size(spare);
   capacity_available();
 }
 

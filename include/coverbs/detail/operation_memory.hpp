@@ -61,6 +61,24 @@ class operation_memory {
     }
   }
 
+  /// Adds `count` free blocks that hold `size` bytes: a connection that knows how many
+  /// operations it can have in flight at once then allocates for none of them, the first
+  /// time a burst reaches that many included.
+  void reserve(std::size_t size, std::size_t count) {
+    const std::size_t c = size_class(size);
+    if (c == classes) return;
+    for (; count > 0; --count) {
+      void* p = ::operator new (class_size(c), std::align_val_t{alignment});
+      const guard g(*this);
+      free_[c] = ::new (p) block{free_[c]};
+    }
+  }
+  /// reserve(size, count) for every size the pool keeps: for operations whose size the
+  /// connection cannot name (the posts that complete its users' handlers, say).
+  void reserve_each_size(std::size_t count) {
+    for (std::size_t c = 0; c < classes; ++c) reserve(class_size(c), count);
+  }
+
   /// The last user gone (the connection, then this block), the pool goes too.
   void deallocate(void* p, std::size_t size) noexcept {
     const std::size_t c = size_class(size);
