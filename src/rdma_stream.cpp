@@ -37,6 +37,21 @@ bool immediates_waiting(const Waiting& waiting, std::uint64_t up_to) noexcept {
 bool failed_without_device(const error_code& ec) noexcept {
   return ec.category() == boost::system::system_category() && ec != error::operation_aborted;
 }
+
+// What reads report after a receive failed. A flush is the end of the stream (the peer
+// disconnected: what it sent before came first). The receives posted here are well formed, so
+// a receive's own failure is the sender's: a SEND longer than the buffer it landed in breaks
+// the protocol, as a malformed frame does over TCP (a local length error on hardware; Soft-RoCE
+// reports a local QP operation error). Any other failure cut the connection short, which a
+// clean end of stream must not hide.
+error_code receive_error(const error_code& ec) noexcept {
+  if (failed_without_device(ec)) return ec;
+  if (ec == make_error_code(wc_errc::flushed)) return error::eof;
+  if (ec == make_error_code(wc_errc::local_length) || ec == make_error_code(wc_errc::local_qp_operation)) {
+    return make_error_code(errc::malformed_frame);
+  }
+  return error::connection_reset;
+}
 }  // namespace
 
 struct rdma_stream::receive_done : buffer_request {
@@ -287,7 +302,7 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     // failed to post left it up: see on_send.
     if (!closed_) qp_->close();
     if (closed_) return fail(error::operation_aborted);
-    return fail(failed_without_device(ec) ? ec : error_code(error::eof));
+    return fail(receive_error(ec));
   }
   if (r.rdma_immediate) {
     // A peer's write_with_immediate took a receive (and one of its credits); the data it

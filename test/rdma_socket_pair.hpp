@@ -2,6 +2,8 @@
 // stream protocol alone, on loopback queue pairs.
 #pragma once
 
+#include <optional>
+
 #include "coverbs/detail/rdma_stream.hpp"
 #include "coverbs/socket.hpp"
 #include "peer_context.hpp"
@@ -18,9 +20,11 @@ struct rdma_socket_pair : rdma_env {
   socket b;
 
   /// `peer_receives` false: b never posts its receive pool (a stopped peer, say), so every
-  /// send of a's meets receiver-not-ready, which its QP retries for ever.
+  /// send of a's meets receiver-not-ready, which its QP retries for ever. `a_is_told`: the pool
+  /// a believes b has, where that is not b's (a peer that breaks the protocol).
   explicit rdma_socket_pair(detail::stream_geometry geometry = {}, polling_mode mode = polling_mode::event,
-                            peer_context where = peer_context::shared, bool peer_receives = true)
+                            peer_context where = peer_context::shared, bool peer_receives = true,
+                            std::optional<detail::stream_geometry> a_is_told = std::nullopt)
       : service(
             std::make_shared<completion_service>(io.get_executor(), dev, completion_options{.mode = mode})),
         peer_service(where == peer_context::own
@@ -40,7 +44,7 @@ struct rdma_socket_pair : rdma_env {
                                                     *pd, geometry);
     sa->start();
     if (peer_receives) sb->start();
-    sa->set_peer(geometry);
+    sa->set_peer(a_is_told.value_or(geometry));
     sb->set_peer(geometry);
     a.attach(sa, transport::rdma, {}, {});
     b.attach(sb, transport::rdma, {}, {});

@@ -44,7 +44,8 @@ enum class errc {
   bad_descriptor,       ///< bytes from a peer do not form a valid descriptor (remote_buffer)
   buffer_too_small,     ///< a local buffer is shorter than the operation needs
   misaligned_atomic,    ///< atomics need an 8-byte aligned address on both ends
-  malformed_frame,      ///< a TCP-fallback frame from a peer breaks the wire protocol
+  malformed_frame,      ///< what a peer sent breaks the wire protocol (a TCP-fallback frame; an
+                        ///< RDMA SEND longer than the receive buffer it landed in)
   too_many_operations,  ///< the connection holds `socket_options::max_outstanding_operations` already
   registration_limit,   ///< registering would pass `socket_options::max_registered_bytes`
   stale_connection,     ///< the peer's CM still holds a connection from this QP number

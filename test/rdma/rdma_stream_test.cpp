@@ -141,6 +141,31 @@ BOOST_AUTO_TEST_CASE(a_send_that_finds_the_peer_gone_resets_the_reads) {
   BOOST_TEST((later.ec == asio::error::broken_pipe), later.ec.message());
 }
 
+// A SEND longer than the buffer it lands in (the peer broke the protocol: here a believes b's
+// buffers twice their size) fails b's receive with a local length error. b's reads give what came
+// before, then malformed_frame, as the TCP transport reports a frame that breaks the protocol:
+// not the end of stream that only the peer's orderly end or disconnect gives.
+BOOST_AUTO_TEST_CASE(a_send_longer_than_the_receive_buffer_is_a_protocol_error) {
+  const detail::stream_geometry pool{.buffers = 8, .buffer_size = 4096};
+  rdma_socket_pair p(pool, polling_mode::event, test::peer_context::shared, true,
+                     detail::stream_geometry{.buffers = 8, .buffer_size = 8192});
+  const std::vector<char> first(100, 'a'), oversized(6000, 'b');
+  test::outcome wrote_first, wrote_oversized, read_first, read_next;
+  std::array<char, 8192> in{};
+  p.a.async_write_some(asio::buffer(first), test::record(wrote_first));
+  test::run_until_done(p.io, [&] { return wrote_first.done; });
+  p.a.async_write_some(asio::buffer(oversized), test::record(wrote_oversized));
+  p.b.async_read_some(asio::buffer(in), test::record(read_first));
+  test::run_until_done(p.io, [&] { return read_first.done; });
+  BOOST_TEST(!read_first.ec, read_first.ec.message());
+  BOOST_TEST(read_first.value == first.size());
+  BOOST_TEST(std::all_of(in.begin(), in.begin() + 100, [](char c) { return c == 'a'; }));
+  p.b.async_read_some(asio::buffer(in), test::record(read_next));
+  test::run_until_done(p.io, [&] { return read_next.done; });
+  BOOST_TEST((read_next.ec == make_error_code(errc::malformed_frame)), read_next.ec.message());
+  BOOST_TEST(read_next.value == 0u);
+}
+
 // A close that can finish leaves nothing to wait for (no close timer either: finish_close
 // cancels it, and it goes with the stream): once both ends have closed and their end of
 // stream has been acknowledged, run() returns.
