@@ -280,6 +280,8 @@ fi
 run=$root/bench/run
 expect_script "bench/run --build without a value is refused" 2 "bench/run: --build needs a value" "$run" --build
 expect_script "bench/run --build '' is refused" 2 "bench/run: --build needs a value" "$run" --build ''
+expect_script "bench/run refuses fewer latency samples than perftest takes" 2 \
+    "bench/run: --lat-iterations takes a number of at least 5 (perftest's least)" "$run" --lat-iterations 3
 expect_script "bench/run names the build directory it cannot find" 2 \
     "bench/run: no build directory '$work/no-build'" "$run" --build "$work/no-build"
 # A build whose benchmarks all fail (exit 3): bench/run reports each with its exit status.
@@ -322,5 +324,23 @@ if [ -n "$bench_build" ]; then
     if [ $rc = 0 ] && [[ $last == "bench/run: done in "* ]] && [ -z "$gone" ]; then
         pass "bench/run --quick names no directory it removed"
     else fail "bench/run --quick: exit $rc, last line '$last', removed:$gone"; fi
+    # The report from a quick run's results, kept this time (--out).
+    timeout 240 "$run" --quick --part tcp --build "$bench_build" --out "$work/quick-out" >/dev/null 2>"$out"
+    report() { python3 "$root/bench/report.py" --out "$work/quick-out" --md "$work/r.md" --png "$work/r.png" "$@"; }
+    # A full report is made only of parts that full runs finished: these are a quick run's, and
+    # no RDMA part ran at all.
+    report --parts tcp >"$out" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && grep -q "tcp: its results in $work/quick-out are a quick run's" "$out" &&
+        grep -q "rdma: no finished run of this part" "$out"; then
+        pass "a full report refuses a quick run's part and a missing one"
+    else fail "a full report from a quick run's tcp part: exit $rc, output '$(show)'"; fi
+    # Allocations have an absolute target: one repetition that allocated misses it.
+    sed -n 's/^1,\(pingpong,coverbs,tcp,-,64,1,\)allocs_per_rt,.*/2,\1allocs_per_rt,0.5/p' \
+        "$work/quick-out/tcp.csv" >>"$work/quick-out/tcp.csv"
+    report --parts tcp --quick >"$out" 2>&1
+    if grep -q "^| ping-pong 64 B, heap allocations per round trip | 0.5 .*| \*\*no\*\* |$" "$work/r.md"; then
+        pass "an allocation count is met only when no repetition allocated"
+    else fail "allocations in one repetition of two: '$(grep "heap allocations" "$work/r.md")'"; fi
 fi
 exit $failed
