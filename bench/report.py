@@ -143,7 +143,7 @@ class Table:
             target = ("=", 0)
             met = "yes" if o == 0 else "**no**"
             if o != 0:
-                self.missed.append(f"{name}: value {o:.2f}, target = 0")
+                self.missed.append(f"{name}: value {o:g}, target = 0")
         tgt = f"{target[0]} {target[1]}" if target else "—"
         unit = UNITS[metric]
         self.rows.append(f"| {label} | {fmt(o)} {unit} | {fmt(b)} | "
