@@ -348,6 +348,8 @@ def main():
                 problems.append(f"{part}: no finished run of this part in {args.out}")
             elif "(quick)" in open(when).read():
                 problems.append(f"{part}: its results in {args.out} are a quick run's")
+            elif "finished" not in open(when).read():  # written when a part began, before session 58
+                problems.append(f"{part}: no finished run of this part in {args.out}")
     plot(t, args.out, args.png)
     with open(os.path.join(args.out, "machine.txt")) as f:
         machine = f.read().splitlines()
