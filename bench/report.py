@@ -344,11 +344,10 @@ def main():
     if not args.quick:
         for part in reported:
             when = os.path.join(args.out, part + ".when")
-            if not os.path.exists(when):
-                problems.append(f"{part}: no finished run of this part in {args.out}")
-            elif "(quick)" in open(when).read():
+            stamp = open(when).read() if os.path.exists(when) else ""
+            if "(quick)" in stamp:
                 problems.append(f"{part}: its results in {args.out} are a quick run's")
-            elif "finished" not in open(when).read():  # written when a part began, before session 58
+            elif "finished" not in stamp:  # none, or one written when a part began (before session 58)
                 problems.append(f"{part}: no finished run of this part in {args.out}")
     plot(t, args.out, args.png)
     with open(os.path.join(args.out, "machine.txt")) as f:
