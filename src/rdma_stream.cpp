@@ -6,6 +6,7 @@
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/error.hpp>
+#include <cstring>
 #include <limits>
 
 namespace coverbs::detail {
@@ -36,6 +37,11 @@ bool immediates_waiting(const Waiting& waiting, std::uint64_t up_to) noexcept {
 // report. Work completions' statuses have a category of their own (wc_errc).
 bool failed_without_device(const error_code& ec) noexcept {
   return ec.category() == boost::system::system_category() && ec != error::operation_aborted;
+}
+
+// What a connection fails with where an operation of its own cannot be allocated.
+error_code out_of_memory() noexcept {
+  return make_error_code(boost::system::errc::not_enough_memory);
 }
 
 // What reads report after a receive failed. A flush is the end of the stream (the peer
@@ -88,7 +94,7 @@ void rdma_stream::set_peer(stream_geometry peer) {
   // grow the first time a burst is that large, at any time in a connection's life, which a
   // ping-pong's samples showed (receives are all posted from the start).
   operation_memory& memory = *allocator().memory();
-  memory.reserve(sizeof(wr_operation<bytes_result, send_done>), std::size_t{peer.buffers} + control_slots);
+  memory.reserve(send_operation_size(), std::size_t{peer.buffers} + control_slots);
   constexpr std::size_t spare = 4;
   memory.reserve_each_size(spare);
   capacity_available();
@@ -96,29 +102,65 @@ void rdma_stream::set_peer(stream_geometry peer) {
 
 rdma_stream::~rdma_stream() = default;
 
-void rdma_stream::start() {
-  for (std::uint32_t i = 0; i < local_.buffers + control_slots; ++i) post_receive(i);
+std::size_t rdma_stream::send_operation_size() noexcept {
+  return sizeof(wr_operation<bytes_result, send_done>);
 }
 
-void rdma_stream::post_receive(std::uint32_t index) {
-  ++receives_posted_;
+std::size_t rdma_stream::receive_operation_size() noexcept {
+  return sizeof(wr_operation<received_result, receive_done>);
+}
+
+void rdma_stream::start() {
+  // While connecting, a failure is the connect's (the stream is dropped with what it posted).
+  for (std::uint32_t i = 0; i < local_.buffers + control_slots; ++i) {
+    if (!post_receive(i)) throw std::bad_alloc();
+  }
+}
+
+// Counted only once posted: a completion never runs inside the post (a refused one is posted).
+bool rdma_stream::post_receive(std::uint32_t index) {
   auto buffer = receive_mr_.slice(std::size_t{index} * local_.buffer_size, local_.buffer_size);
-  detail::start<received_result>(receive_done{{shared_from_this(), index}}, qp_->receive_queue(), false,
-                         [&](operation& op) {
-                           op.sge = {reinterpret_cast<std::uint64_t>(buffer.data), buffer.size, buffer.lkey};
-                         });
+  try {
+    detail::start<received_result>(
+        receive_done{{shared_from_this(), index}}, qp_->receive_queue(), false, [&](operation& op) {
+          op.sge = {reinterpret_cast<std::uint64_t>(buffer.data), buffer.size, buffer.lkey};
+        });
+  } catch (const std::bad_alloc&) {
+    fail_soon(out_of_memory());
+    return false;
+  }
+  ++receives_posted_;
+  return true;
+}
+
+void rdma_stream::fail_soon(error_code ec) noexcept {
+  if (local_failure_) return;
+  local_failure_ = ec;
+  qp_->close();
+  if (closed_) {
+    // close() no longer waits to send its FIN or flush marker: the flushes of the sends still
+    // posted end it, or nothing is left to wait for.
+    fin_wanted_ = flush_wanted_ = false;
+    if (sends_posted_ == 0) finish_close();
+    return;
+  }
+  // Failed already: that failure stands. Else the flushes of what is posted deliver `ec`.
+  if (failed() || receives_posted_ + sends_posted_ > 0) return;
+  // Nothing is posted to be flushed (every receive buffer held by unread bytes): posted from
+  // the stream's own memory, which a connection's reservations keep blocks in.
+  try {
+    boost::asio::post(get_executor(), boost::asio::bind_allocator(allocator(), [self = shared_from_this()] {
+                        self->fail(self->local_failure_);
+                      }));
+  } catch (const std::bad_alloc&) {
+    // Two failures in a row with nothing in flight: operations waiting now wait until close().
+  }
 }
 
 std::uint32_t rdma_stream::take_send_slot() noexcept {
   const std::uint32_t index = free_send_.back();
   free_send_.pop_back();
   return index;
-}
-
-std::uint32_t rdma_stream::take_credits() noexcept {
-  const std::uint32_t n = credits_to_return_;
-  credits_to_return_ = 0;
-  return n;
 }
 
 // A copied send's only use for its completion is its slot back, so where the CQ is polled most
@@ -138,12 +180,9 @@ bool rdma_stream::signal_send(std::uint32_t index, bool direct, std::size_t byte
          (bytes <= event_mode_signal_limit && qp_->send_queue().engine().options.mode == polling_mode::event);
 }
 
-void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct) {
+bool rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct) {
   const bool signalled = signal_send(index, direct, data.size);
-  unsignalled_tail_ = !signalled;
-  --(index == no_buffer ? control_credits_ : credits_);
-  ++sends_posted_;
-  const std::uint32_t imm = flags | take_credits();
+  const std::uint32_t imm = flags | credits_to_return_;
   auto fill = [&](operation& op) {
     if (data.size == 0) {
       op.wr.send.num_sge = 0;
@@ -155,27 +194,45 @@ void rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::
     if (!signalled) op.wr.send.send_flags = 0;
   };
   const bool message = (flags & stream_imm::message_bit) != 0;
-  detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct, message}, qp_->send_queue(),
-                              true, fill);
+  try {
+    detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct, message}, qp_->send_queue(),
+                                true, fill);
+  } catch (const std::bad_alloc&) {
+    if (index != no_buffer) free_send_.push_back(index);  // within the capacity set_peer gave it
+    fail_soon(out_of_memory());
+    return false;
+  }
+  credits_to_return_ = 0;
+  unsignalled_tail_ = !signalled;
+  --(index == no_buffer ? control_credits_ : credits_);
+  ++sends_posted_;
+  return true;
 }
 
 std::size_t rdma_stream::transmit(const_buffer_list& buffers, bool message) {
   std::size_t total = 0;
   if (message && buffers.empty()) {  // an empty message still takes a buffer and a credit
-    if (free_send_.empty() || credits_ < 1 || fin_wanted_ || closed_) return 0;
-    const std::uint32_t index = take_send_slot();
-    post_send(index, {}, stream_imm::message_bit);
-    return 1;
+    if (!writable()) return 0;
+    return post_send(take_send_slot(), {}, stream_imm::message_bit) ? 1 : 0;
   }
   // A stream write copies no further than the next piece transmit_direct can send.
   const std::size_t limit = message ? peer_.buffer_size : copyable_prefix(buffers);
-  while (total < limit && !buffers.empty() && !free_send_.empty() && credits_ >= 1 && !fin_wanted_ &&
-         !closed_) {
+  while (total < limit && !buffers.empty() && writable()) {
     const std::uint32_t index = take_send_slot();
     std::byte* out = send_memory_.get() + std::size_t{index} * peer_.buffer_size;
-    const std::size_t n = buffers.take(out, std::min<std::size_t>(peer_.buffer_size, limit - total));
-    post_send(index, send_mr_->slice(std::size_t{index} * peer_.buffer_size, n),
-              message ? stream_imm::message_bit : 0);
+    std::size_t n = 0;
+    buffers.visit_front(std::min<std::size_t>(peer_.buffer_size, limit - total),
+                        [&](std::size_t, auto piece) {
+                          std::memcpy(out + n, piece.data(), piece.size());
+                          n += piece.size();
+                        });
+    // Consumed once posted: bytes that were not sent stay the write's, which fails (fail_soon)
+    // instead of reporting them written.
+    if (!post_send(index, send_mr_->slice(std::size_t{index} * peer_.buffer_size, n),
+                   message ? stream_imm::message_bit : 0)) {
+      break;
+    }
+    buffers.consume(n);
     total += n;
     if (message) break;
   }
@@ -201,7 +258,7 @@ rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers
 }
 
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  if (regions_.empty() || fin_wanted_ || closed_ || failed()) return 0;
+  if (regions_.empty() || fin_wanted_ || closed_ || failed() || local_failure_) return 0;
   if (message) return zero_copy_messages_ ? transmit_direct_message(buffers) : 0;
   const located_pieces front = locate(buffers);
   std::size_t registered = 0;
@@ -218,7 +275,7 @@ std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool 
     for (std::size_t left = front.pieces[i].size(); left > 0;) {
       if (free_send_.empty() || credits_ < 1) return total;
       const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(left, peer_.buffer_size));
-      post_direct(data, n, *front.regions[i], false);
+      if (!post_direct(data, n, *front.regions[i], false)) return total;
       data += n;
       left -= n;
       total += n;
@@ -236,15 +293,18 @@ std::size_t rdma_stream::transmit_direct_message(const const_buffer_list& buffer
   if (front.count != 1 || front.regions[0] == nullptr || front.pieces[0].size() > peer_.buffer_size) return 0;
   if (free_send_.empty() || credits_ < 1) return 0;  // transmit waits for them as well
   const auto n = static_cast<std::uint32_t>(front.pieces[0].size());
-  post_direct(static_cast<const std::byte*>(front.pieces[0].data()), n, *front.regions[0], true);
-  return n;
+  return post_direct(static_cast<const std::byte*>(front.pieces[0].data()), n, *front.regions[0], true) ? n
+                                                                                                        : 0;
 }
 
-void rdma_stream::post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region,
+bool rdma_stream::post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region,
                               bool message) {
+  if (!post_send(take_send_slot(), {const_cast<std::byte*>(data), n, region.lkey()},
+                 message ? stream_imm::message_bit : 0, true)) {
+    return false;
+  }
   ++direct_sends_[message];
-  post_send(take_send_slot(), {const_cast<std::byte*>(data), n, region.lkey()},
-            message ? stream_imm::message_bit : 0, true);
+  return true;
 }
 
 std::size_t rdma_stream::copyable_prefix(const const_buffer_list& buffers) const noexcept {
@@ -272,8 +332,7 @@ const verbs::memory_region* rdma_stream::region_holding(boost::asio::const_buffe
 }
 
 void rdma_stream::release(std::uint32_t tag) {
-  if (closed_ || failed()) return;
-  post_receive(tag);
+  if (closed_ || failed() || local_failure_ || !post_receive(tag)) return;
   ++credits_to_return_;
   send_control_messages();
 }
@@ -287,7 +346,7 @@ void rdma_stream::immediate_taken() {
 }
 
 void rdma_stream::send_control_messages() {
-  if (closed_ || failed()) return;
+  if (closed_ || failed() || local_failure_) return;
   send_fin();
   // Report re-posted buffers once half the pool is back, unless data will carry them soon.
   if (credits_to_return_ >= std::max<std::uint32_t>(1, local_.buffers / 2) && control_credits_ >= 1) {
@@ -302,7 +361,7 @@ void rdma_stream::on_receive(std::uint32_t index, error_code ec, received r) {
     // failed to post left it up: see on_send.
     if (!closed_) qp_->close();
     if (closed_) return fail(error::operation_aborted);
-    return fail(receive_error(ec));
+    return fail(local_failure_ ? local_failure_ : receive_error(ec));
   }
   if (r.rdma_immediate) {
     // A peer's write_with_immediate took a receive (and one of its credits); the data it
@@ -354,7 +413,9 @@ void rdma_stream::on_send(std::uint32_t index, error_code ec, bool direct, bool 
     qp_->close();
     // As TCP's lost connection: reads see a reset, writes broken_pipe; a flush means the QP
     // went down for another reason (the peer's disconnect), whose receives report it.
-    if (failed_without_device(ec)) {
+    if (local_failure_) {
+      fail(local_failure_);
+    } else if (failed_without_device(ec)) {
       fail(ec);
     } else {
       fail(ec == make_error_code(wc_errc::flushed) ? error_code(error::eof)
@@ -394,15 +455,21 @@ void rdma_stream::disconnect() {
   if (auto d = std::exchange(disconnect_, nullptr)) d();
 }
 
-template <class Handler>
-auto rdma_stream::counted(Handler handler) {
-  ++one_sided_in_flight_;
+template <class Handler, class Start>
+void rdma_stream::start_counted(Handler handler, Start start) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
   auto done = [self = shared_from_this(), handler = std::move(handler)](error_code ec, auto value) mutable {
     --self->one_sided_in_flight_;
     std::move(handler)(ec, value);
   };
-  return boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done)));
+  ++one_sided_in_flight_;
+  try {
+    start(
+        boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done))));
+  } catch (...) {
+    --one_sided_in_flight_;
+    throw;
+  }
 }
 
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
@@ -421,13 +488,14 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     }
     return;
   }
-  start_one_sided(counted(std::move(handler)), qp_->send_queue(),
-                  request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
-                  request.remote);
+  start_counted(std::move(handler), [&](auto counted) {
+    start_one_sided(std::move(counted), qp_->send_queue(),
+                    request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
+                    request.remote);
+  });
 }
 
 void rdma_stream::start_write_with_immediate(const one_sided_request& request, size_handler handler) {
-  --credits_;
   // One that ends in error took no receive of the peer's if it was never posted (withdrawn by
   // a cancel while the send queue was full, or refused by the post): its credit comes back.
   // Any other error leaves the QP in error, where credits no longer matter.
@@ -437,8 +505,11 @@ void rdma_stream::start_write_with_immediate(const one_sided_request& request, s
     if (ec) self->credit_unused();
     std::move(handler)(ec, n);
   };
-  start_one_sided(counted(boost::asio::bind_cancellation_slot(slot, std::move(done))), qp_->send_queue(),
-                  IBV_WR_RDMA_WRITE_WITH_IMM, request.local, request.remote, request.immediate);
+  start_counted(boost::asio::bind_cancellation_slot(slot, std::move(done)), [&](auto counted) {
+    start_one_sided(std::move(counted), qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local,
+                    request.remote, request.immediate);
+  });
+  --credits_;  // once started: an operation that could not be allocated took none
 }
 
 void rdma_stream::credit_unused() {
@@ -455,7 +526,13 @@ void rdma_stream::start_waiting_immediates() {
     waiting_immediates_.pop_front();
     if (!w.handler) continue;             // withdrawn while it waited
     w.handler.clear_cancellation_slot();  // posting gives the slot to the work request
-    start_write_with_immediate(w.request, std::move(w.handler));
+    try {
+      start_write_with_immediate(w.request, std::move(w.handler));
+    } catch (const std::bad_alloc&) {
+      // Not this caller's operation to throw from: its handler went with the operation that
+      // could not be allocated, and the connection fails as when a send cannot be.
+      return fail_soon(out_of_memory());
+    }
   }
 }
 
@@ -491,9 +568,11 @@ void rdma_stream::fail(error_code ec, bool defer) {
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
   const bool add = request.op == one_sided_request::kind::fetch_add;
-  detail::start_atomic(counted(std::move(handler)), qp_->send_queue(),
-                       add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
-                       request.remote, request.compare_add, request.swap);
+  start_counted(std::move(handler), [&](auto counted) {
+    detail::start_atomic(std::move(counted), qp_->send_queue(),
+                         add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
+                         request.remote, request.compare_add, request.swap);
+  });
 }
 
 std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights,

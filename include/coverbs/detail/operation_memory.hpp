@@ -79,6 +79,13 @@ class operation_memory {
     for (std::size_t c = 0; c < classes; ++c) reserve(class_size(c), count);
   }
 
+  /// What an allocation of `size` bytes takes from the heap when the pool has no block for it:
+  /// `size` rounded up to the block size that holds it (tests make that allocation fail).
+  static constexpr std::size_t heap_size(std::size_t size) noexcept {
+    const std::size_t c = size_class(size);
+    return c == classes ? size : class_size(c);
+  }
+
   /// The last user gone (the connection, then this block), the pool goes too.
   void deallocate(void* p, std::size_t size) noexcept {
     const std::size_t c = size_class(size);
@@ -103,7 +110,7 @@ class operation_memory {
   static constexpr std::size_t classes = 5;  // 128 B to 2 KiB; larger ones are not kept
   static constexpr std::size_t class_size(std::size_t c) noexcept { return std::size_t{128} << c; }
   /// The smallest class that holds `size`, or `classes` where none does.
-  static std::size_t size_class(std::size_t size) noexcept {
+  static constexpr std::size_t size_class(std::size_t size) noexcept {
     if (size <= class_size(0)) return 0;
     return std::min<std::size_t>(classes, std::bit_width(size - 1) - std::bit_width(class_size(0) - 1));
   }

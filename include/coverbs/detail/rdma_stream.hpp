@@ -80,6 +80,10 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void deregister_memory(std::uint32_t handle) noexcept override;
   /// Work requests in flight are the completion service's to destroy (see completion_engine).
   void destroy_handlers() noexcept override;
+  /// The sizes of the operations its sends and receives allocate from its operation_memory
+  /// (tests make one fail).
+  static std::size_t send_operation_size() noexcept;
+  static std::size_t receive_operation_size() noexcept;
 
  private:
   struct receive_done;
@@ -87,7 +91,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void release(std::uint32_t tag) override;
   void immediate_taken() override;
   bool writable() const noexcept override {
-    return !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_;
+    return !free_send_.empty() && credits_ >= 1 && !fin_wanted_ && !closed_ && !local_failure_;
   }
   std::size_t transmit(const_buffer_list& buffers, bool message) override;
   std::size_t transmit_direct(const const_buffer_list& buffers, bool message) override;
@@ -102,16 +106,24 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   located_pieces locate(const const_buffer_list& buffers) const noexcept;
   /// transmit_direct for a message: one SEND from the region that holds all of it, if one does.
   std::size_t transmit_direct_message(const const_buffer_list& buffers);
-  /// One SEND of `n` bytes at `data`, in `region`, counted as a direct write's or message's.
-  void post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region, bool message);
+  /// One SEND of `n` bytes at `data`, in `region`, counted as a direct write's or message's;
+  /// whether it was posted.
+  bool post_direct(const std::byte* data, std::uint32_t n, const verbs::memory_region& region, bool message);
   /// Bytes of a stream write before the next piece that transmit_direct would send.
   std::size_t copyable_prefix(const const_buffer_list& buffers) const noexcept;
   /// The region registered on this connection that holds all of `bytes`, if one does.
   const verbs::memory_region* region_holding(boost::asio::const_buffer bytes) const noexcept;
-  void post_receive(std::uint32_t index);
-  /// `index`: the send-pool slot the message counts against (no_buffer: a control message);
-  /// `direct`: `data` is the caller's memory, part of a write that transmit_direct took.
-  void post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
+  /// Whether the receive was posted: its operation could be allocated (see fail_soon).
+  bool post_receive(std::uint32_t index);
+  /// `index`: the send-pool slot the message takes (no_buffer: a control message), given back
+  /// where the send could not be posted; `direct`: `data` is the caller's memory, part of a
+  /// write that transmit_direct took. Whether the send was posted (see fail_soon).
+  bool post_send(std::uint32_t index, verbs::local_buffer data, std::uint32_t flags, bool direct = false);
+  /// A post's operation could not be allocated: the connection fails with `ec` (once). Nothing
+  /// was counted or posted for it; the QP goes to error at once, so nothing posted after a gap
+  /// reaches the peer, and its flushes deliver `ec` from their completions (failing from
+  /// here would end the very operation that is posting).
+  void fail_soon(error_code ec) noexcept;
   /// Whether the send about to take `index`, of `bytes` bytes, raises a completion of its own.
   bool signal_send(std::uint32_t index, bool direct, std::size_t bytes) const noexcept;
   /// After close(): sends what close() wants sent when it can, and closes the QP when no send
@@ -121,16 +133,16 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   void send_fin();
   /// Whether set_peer() ran: the connection was established and the handshake accepted.
   bool connected() const noexcept { return send_mr_.has_value(); }
-  /// `handler`, counted in one_sided_in_flight_ until it runs.
-  template <class Handler>
-  auto counted(Handler handler);
+  /// Starts a one-sided operation of this side's with `start(h)`, `h` being `handler` counted in
+  /// one_sided_in_flight_ until it runs; not counted where `start` throws (nothing was posted).
+  template <class Handler, class Start>
+  void start_counted(Handler handler, Start start);
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec, bool direct, bool message);
   void send_control_messages();
   void finish_close();
   /// Drops the connection if close() has not finished within close_timeout_.
   void start_close_timer();
-  std::uint32_t take_credits() noexcept;
   /// A free send-pool slot (the caller checked there is one): every stream send holds one.
   std::uint32_t take_send_slot() noexcept;
 
@@ -171,6 +183,7 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   bool unsignalled_tail_ = false;  ///< the last send posted raises no completion of its own
   bool flush_wanted_ = false;      ///< close() waits for such sends
   std::uint32_t one_sided_in_flight_ = 0;  ///< this side's, started and not yet completed
+  error_code local_failure_;               ///< see fail_soon
   std::uint32_t receives_posted_ = 0, sends_posted_ = 0;
   std::unordered_map<std::uint32_t, std::unique_ptr<verbs::memory_region>> regions_;
   std::multimap<const std::byte*, const verbs::memory_region*> regions_by_address_;

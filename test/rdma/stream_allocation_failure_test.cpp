@@ -1,0 +1,143 @@
+// When the RDMA stream cannot allocate the operation for one of its own sends or receives, the
+// connection fails with not_enough_memory, and nothing else: no exception leaves the call
+// that was posting, no credit, buffer or count is lost (close() then finishes at once instead
+// of waiting out its timeout), and nothing sent after the missing piece reaches the peer.
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "failing_allocation.hpp"
+#include "one_sided_tests.hpp"
+#include "rdma_socket_pair.hpp"
+
+namespace asio = boost::asio;
+using namespace coverbs;
+using coverbs::test::rdma_socket_pair;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr detail::stream_geometry pool{.buffers = 8, .buffer_size = 4096};
+
+/// Holds every free block of one size in a socket's operation memory, so that its next
+/// operation of that size allocates from the heap (where failing_allocation can fail it).
+class pool_drained {
+ public:
+  pool_drained(coverbs::socket& s, std::size_t operation_size)
+      : allocator_(s.impl()->allocator()), size_(detail::operation_memory::heap_size(operation_size)) {
+    held_.reserve(4096);  // grows by no allocation of the size being failed
+    // The first block that does not come from the pool fails, and shows it is empty.
+    test::fail_next_allocation_of(size_);
+    const int failed = test::failed_allocations();
+    while (test::failed_allocations() == failed && held_.size() < held_.capacity()) {
+      try {
+        held_.push_back(allocator_.allocate(size_));
+      } catch (const std::bad_alloc&) {
+      }
+    }
+    BOOST_REQUIRE(test::failed_allocations() == failed + 1);
+  }
+  pool_drained(const pool_drained&) = delete;
+  pool_drained& operator=(const pool_drained&) = delete;
+  ~pool_drained() {
+    for (std::byte* block : held_) allocator_.deallocate(block, size_);
+  }
+  /// The next operation of the drained size fails to allocate.
+  void fail_next() const noexcept { test::fail_next_allocation_of(size_); }
+
+ private:
+  detail::operation_allocator<std::byte> allocator_;
+  std::size_t size_;
+  std::vector<std::byte*> held_;
+};
+
+/// `s`'s next read: what it read and how it ended.
+std::pair<test::outcome, std::string> read_once(asio::io_context& io, coverbs::socket& s) {
+  std::string data(pool.buffer_size, '\0');
+  test::outcome read;
+  s.async_read_some(asio::buffer(data), test::record(read));
+  test::run_until_done(
+      io, [&] { return read.done; }, 20s);
+  data.resize(read.value);
+  return {read, data};
+}
+
+/// Closes `s` and runs `io` until nothing is left to run (8 s at most); how long that took.
+std::chrono::milliseconds close_and_drain(asio::io_context& io, coverbs::socket& s) {
+  s.close();
+  const auto start = std::chrono::steady_clock::now();
+  io.restart();
+  io.run_for(8s);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(stream_allocation_failure)
+
+// a's send of the second write cannot be allocated: the write ends with broken_pipe (as any
+// write into a failed connection), a's reads with not_enough_memory, b has the first write
+// only, and a's close() has nothing left to wait for.
+BOOST_AUTO_TEST_CASE(a_send_that_cannot_be_allocated_fails_the_connection) {
+  rdma_socket_pair p(pool, polling_mode::event, test::peer_context::own);
+  const std::string first(100, 'a'), second(100, 'b');
+  test::outcome wrote_first, wrote_second;
+  p.a.async_write_some(asio::buffer(first), test::record(wrote_first));
+  test::run_until_done(p.io, [&] { return wrote_first.done; });
+  BOOST_TEST(!wrote_first.ec, wrote_first.ec.message());
+  {
+    const pool_drained drained(p.a, detail::rdma_stream::send_operation_size());
+    drained.fail_next();
+    const int failed = test::failed_allocations();
+    BOOST_CHECK_NO_THROW(p.a.async_write_some(asio::buffer(second), test::record(wrote_second)));
+    BOOST_TEST(test::failed_allocations() == failed + 1);  // the send's, not another's
+    test::run_until_done(
+        p.io, [&] { return wrote_second.done; }, 20s);
+  }
+  BOOST_TEST((wrote_second.ec == asio::error::broken_pipe), wrote_second.ec.message());
+  const auto [a_read, a_data] = read_once(p.io, p.a);
+  BOOST_TEST((a_read.ec == boost::system::errc::not_enough_memory), a_read.ec.message());
+
+  const auto [b_read, b_data] = read_once(p.peer_io, p.b);
+  BOOST_TEST(!b_read.ec, b_read.ec.message());
+  BOOST_TEST(b_data == first);
+  BOOST_TEST(p.b.available() == 0u);  // nothing after the piece that was not sent
+
+  BOOST_TEST(close_and_drain(p.io, p.a).count() < 2000);
+  BOOST_TEST(p.service->outstanding() == 0u);
+}
+
+// b re-posts a receive buffer once its bytes are read; that receive cannot be allocated. The
+// read that freed it has its bytes; the next read on b ends with not_enough_memory, and b's
+// close() has nothing left to wait for.
+BOOST_AUTO_TEST_CASE(a_receive_that_cannot_be_allocated_fails_the_connection) {
+  rdma_socket_pair p(pool, polling_mode::event, test::peer_context::own);
+  const std::string first(100, 'a');
+  test::outcome wrote;
+  p.a.async_write_some(asio::buffer(first), test::record(wrote));
+  test::run_until_done(p.io, [&] { return wrote.done; });
+  test::run_until_done(p.peer_io, [&] { return p.b.available() == first.size(); });
+  std::string data(pool.buffer_size, '\0');
+  std::size_t n = 0;
+  error_code ec;
+  {
+    const pool_drained drained(p.b, detail::rdma_stream::receive_operation_size());
+    drained.fail_next();  // the re-post of the buffer the read empties
+    const int failed = test::failed_allocations();
+    p.b.non_blocking(true);  // the read takes the bytes here and allocates nothing else
+    BOOST_CHECK_NO_THROW(n = p.b.read_some(asio::buffer(data), ec));
+    BOOST_TEST(test::failed_allocations() == failed + 1);
+    p.b.non_blocking(false);
+  }
+  BOOST_TEST(!ec, ec.message());
+  BOOST_TEST(data.substr(0, n) == first);
+  const auto [b_next, b_data] = read_once(p.peer_io, p.b);
+  BOOST_TEST((b_next.ec == boost::system::errc::not_enough_memory), b_next.ec.message());
+
+  BOOST_TEST(close_and_drain(p.peer_io, p.b).count() < 2000);
+  BOOST_TEST(p.peer_service->outstanding() == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
