@@ -142,10 +142,11 @@ void completion_engine::go_idle_after_step() {
   waiting_ = false;
   if (!watching_ || stop_posted_) return;
   raised_for_registration posted(stop_posted_);
-  post_unerased(executor, [self = shared_from_this()] {
-    self->stop_posted_ = false;
-    if (!self->active_) self->stop_watch();
-  });
+  post_unerased(executor, boost::asio::bind_allocator(operation_allocator<void>(wait_memory_.get()),
+                                                      [self = shared_from_this()] {
+                                                        self->stop_posted_ = false;
+                                                        if (!self->active_) self->stop_watch();
+                                                      }));
   posted.registered();
 }
 
@@ -164,10 +165,11 @@ void completion_engine::watch() {
   raised_for_registration watching(watching_);
   waits_at_tick_ = waits_;
   watch_timer_->expires_after(options.lost_event_check);
-  watch_timer_->async_wait(
+  watch_timer_->async_wait(boost::asio::bind_allocator(
+      operation_allocator<void>(wait_memory_.get()),
       [self = shared_from_this(), round = ++watch_round_](const boost::system::error_code& ec) {
         if (!ec && round == self->watch_round_) self->on_watch_tick();
-      });
+      }));
   watching.registered();
 }
 

@@ -157,9 +157,10 @@ class completion_engine : public handler_holder, public std::enable_shared_from_
   void drain_once(bool defer);
 
   std::optional<boost::asio::posix::stream_descriptor> descriptor_;
-  /// The channel wait's memory. Asio's default, a per-thread cache of two blocks, is shared
-  /// with the operations a wake-up completes: the wait, freed before their handlers ran,
-  /// handed its block to the next operation they started, and the wait allocated anew.
+  /// The memory of the loop's own operations: the channel wait, the watch timer's wait and the
+  /// posted stop. Asio's default, a per-thread cache of two blocks, is shared with the
+  /// operations a wake-up completes: the wait, freed before their handlers ran, handed its
+  /// block to the next operation they started, and the wait allocated anew.
   operation_memory_ptr wait_memory_{new operation_memory};
   std::optional<boost::asio::steady_timer> watch_timer_;  ///< the lost-event check's
   std::uint64_t watch_round_ = 0;    ///< counts watch()es: a tick cancelled too late is stale
