@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/detail/memory.hpp>
 #include <cstddef>
+#include <iostream>
 #include <new>
 
 namespace coverbs::test {
@@ -32,6 +33,14 @@ inline bool counter_sees_allocations() {
   block = boost::asio::aligned_new(64, 64);
   boost::asio::aligned_delete(block);
   return allocations.load() >= before + 4;
+}
+
+/// For a benchmark's main(): counter_sees_allocations(), else says on stderr, under `program`'s
+/// name, that its figures would mean nothing.
+inline bool counter_trusted(const char* program) {
+  if (counter_sees_allocations()) return true;
+  std::cerr << program << ": the allocation counter misses allocations; its figures would mean nothing\n";
+  return false;
 }
 
 }  // namespace coverbs::test
