@@ -61,12 +61,44 @@ error_code receive_error(const error_code& ec) noexcept {
 }  // namespace
 
 struct rdma_stream::receive_done : buffer_request {
-  void operator()(error_code ec, received r) { self->on_receive(index, ec, r); }
+  void operator()(error_code ec, received r) {
+    self->on_receive(index, ec, r);
+    self->deliver_local_failure();
+  }
 };
 
 struct rdma_stream::send_done : buffer_request {
   bool direct, message;
-  void operator()(error_code ec, std::size_t) { self->on_send(index, ec, direct, message); }
+  void operator()(error_code ec, std::size_t) {
+    self->on_send(index, ec, direct, message);
+    self->deliver_local_failure();
+  }
+};
+
+// A one-sided operation's handler, counted in one_sided_in_flight_ until it runs.
+template <class Handler>
+struct rdma_stream::counted_done {
+  std::shared_ptr<rdma_stream> self;
+  Handler handler;
+  template <class Value>
+  void operator()(error_code ec, Value value) {
+    --self->one_sided_in_flight_;
+    std::move(handler)(ec, value);
+  }
+};
+
+// One that ends in error took no receive of the peer's if it was never posted (withdrawn by a
+// cancel while the send queue was full, or refused by the post): its credit comes back. Any
+// other error leaves the QP in error, where credits no longer matter.
+struct rdma_stream::immediate_done {
+  std::shared_ptr<rdma_stream> self;
+  size_handler handler;
+  using cancellation_slot_type = size_handler::cancellation_slot_type;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return handler.get_cancellation_slot(); }
+  void operator()(error_code ec, std::size_t n) {
+    if (ec) self->credit_unused();
+    std::move(handler)(ec, n);
+  }
 };
 
 rdma_stream::rdma_stream(std::shared_ptr<void> resources, std::unique_ptr<async_queue_pair> qp,
@@ -110,6 +142,13 @@ std::size_t rdma_stream::receive_operation_size() noexcept {
   return sizeof(wr_operation<received_result, receive_done>);
 }
 
+std::size_t rdma_stream::immediate_operation_size() noexcept {
+  using counted = boost::asio::cancellation_slot_binder<
+      boost::asio::allocator_binder<counted_done<immediate_done>, operation_allocator<void>>,
+      immediate_done::cancellation_slot_type>;
+  return sizeof(wr_operation<bytes_result, counted>);
+}
+
 void rdma_stream::start() {
   // While connecting, a failure is the connect's (the stream is dropped with what it posted).
   for (std::uint32_t i = 0; i < local_.buffers + control_slots; ++i) {
@@ -134,8 +173,8 @@ bool rdma_stream::post_receive(std::uint32_t index) {
 }
 
 void rdma_stream::fail_soon(error_code ec) noexcept {
-  if (local_failure_) return;
-  local_failure_ = ec;
+  const bool first = !local_failure_;
+  if (first) local_failure_ = ec;
   qp_->close();
   if (closed_) {
     // close() no longer waits to send its FIN or flush marker: the flushes of the sends still
@@ -144,8 +183,9 @@ void rdma_stream::fail_soon(error_code ec) noexcept {
     if (sends_posted_ == 0) finish_close();
     return;
   }
-  // Failed already: that failure stands. Else the flushes of what is posted deliver `ec`.
-  if (failed() || receives_posted_ + sends_posted_ > 0) return;
+  // Failed already: that failure stands. Else the completions of what is posted deliver `ec`
+  // (deliver_local_failure).
+  if (!first || failed() || receives_posted_ + sends_posted_ > 0) return;
   // Nothing is posted to be flushed (every receive buffer held by unread bytes): posted from
   // the stream's own memory, which a connection's reservations keep blocks in.
   try {
@@ -155,6 +195,10 @@ void rdma_stream::fail_soon(error_code ec) noexcept {
   } catch (const std::bad_alloc&) {
     // Two failures in a row with nothing in flight: operations waiting now wait until close().
   }
+}
+
+void rdma_stream::deliver_local_failure() {
+  if (local_failure_ && !failed() && !closed_ && receives_posted_ + sends_posted_ == 0) fail(local_failure_);
 }
 
 std::uint32_t rdma_stream::take_send_slot() noexcept {
@@ -456,20 +500,22 @@ void rdma_stream::disconnect() {
 }
 
 template <class Handler, class Start>
-void rdma_stream::start_counted(Handler handler, Start start) {
+std::optional<Handler> rdma_stream::start_counted(Handler handler, Start start) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
-  auto done = [self = shared_from_this(), handler = std::move(handler)](error_code ec, auto value) mutable {
-    --self->one_sided_in_flight_;
-    std::move(handler)(ec, value);
-  };
+  auto counted = boost::asio::bind_cancellation_slot(
+      slot, boost::asio::bind_allocator(allocator(),
+                                        counted_done<Handler>{shared_from_this(), std::move(handler)}));
   ++one_sided_in_flight_;
   try {
-    start(
-        boost::asio::bind_cancellation_slot(slot, boost::asio::bind_allocator(allocator(), std::move(done))));
+    start(std::move(counted));
+  } catch (const std::bad_alloc&) {
+    --one_sided_in_flight_;
+    return std::move(counted.get().get().handler);
   } catch (...) {
     --one_sided_in_flight_;
     throw;
   }
+  return std::nullopt;
 }
 
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
@@ -479,7 +525,10 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     if (failed())
       return hand_over(std::move(handler), true, make_error_code(wc_errc::flushed), std::size_t{0});
     start_waiting_immediates();  // passes over withdrawn ones at the front
-    if (credits_ >= 1 && waiting_immediates_.empty()) return start_write_with_immediate(request, std::move(handler));
+    if (credits_ >= 1 && waiting_immediates_.empty()) {
+      if (start_write_with_immediate(request, std::move(handler))) throw std::bad_alloc();
+      return;
+    }
     waiting_immediates_.push_back({request, std::move(handler), immediates_waited_ + 1});
     const waiting_immediate& w = waiting_immediates_[waiting_immediates_.size() - 1];
     ++immediates_waited_;
@@ -488,28 +537,23 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     }
     return;
   }
-  start_counted(std::move(handler), [&](auto counted) {
-    start_one_sided(std::move(counted), qp_->send_queue(),
-                    request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
-                    request.remote);
-  });
+  const bool refused = start_counted(std::move(handler), [&](auto&& counted) {
+                         start_one_sided(std::move(counted), qp_->send_queue(),
+                                         request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+                                         request.local, request.remote);
+                       }).has_value();
+  if (refused) throw std::bad_alloc();  // as any initiating function that cannot allocate
 }
 
-void rdma_stream::start_write_with_immediate(const one_sided_request& request, size_handler handler) {
-  // One that ends in error took no receive of the peer's if it was never posted (withdrawn by
-  // a cancel while the send queue was full, or refused by the post): its credit comes back.
-  // Any other error leaves the QP in error, where credits no longer matter.
-  auto slot = boost::asio::get_associated_cancellation_slot(handler);
-  auto done = [self = shared_from_this(), handler = std::move(handler)](error_code ec,
-                                                                        std::size_t n) mutable {
-    if (ec) self->credit_unused();
-    std::move(handler)(ec, n);
-  };
-  start_counted(boost::asio::bind_cancellation_slot(slot, std::move(done)), [&](auto counted) {
+std::optional<size_handler> rdma_stream::start_write_with_immediate(const one_sided_request& request,
+                                                                    size_handler handler) {
+  auto back = start_counted(immediate_done{shared_from_this(), std::move(handler)}, [&](auto&& counted) {
     start_one_sided(std::move(counted), qp_->send_queue(), IBV_WR_RDMA_WRITE_WITH_IMM, request.local,
                     request.remote, request.immediate);
   });
-  --credits_;  // once started: an operation that could not be allocated took none
+  if (back) return std::move(back->handler);
+  --credits_;  // once started: one that could not be allocated took none
+  return std::nullopt;
 }
 
 void rdma_stream::credit_unused() {
@@ -522,17 +566,17 @@ void rdma_stream::credit_unused() {
 
 void rdma_stream::start_waiting_immediates() {
   while (!waiting_immediates_.empty() && (credits_ >= 1 || !waiting_immediates_.front().handler)) {
-    auto w = std::move(waiting_immediates_.front());
-    waiting_immediates_.pop_front();
-    if (!w.handler) continue;             // withdrawn while it waited
-    w.handler.clear_cancellation_slot();  // posting gives the slot to the work request
-    try {
-      start_write_with_immediate(w.request, std::move(w.handler));
-    } catch (const std::bad_alloc&) {
-      // Not this caller's operation to throw from: its handler went with the operation that
-      // could not be allocated, and the connection fails as when a send cannot be.
-      return fail_soon(out_of_memory());
+    waiting_immediate& w = waiting_immediates_.front();
+    if (w.handler) {
+      w.handler.clear_cancellation_slot();  // posting gives the slot to the work request
+      if (auto back = start_write_with_immediate(w.request, std::move(w.handler))) {
+        // Not this caller's operation to throw from: it waits on, and the connection fails as
+        // when a send cannot be allocated, ending it with the others that wait.
+        w.handler = std::move(*back);
+        return fail_soon(out_of_memory());
+      }
     }
+    waiting_immediates_.pop_front();  // started, or withdrawn while it waited
   }
 }
 
@@ -630,7 +674,7 @@ void rdma_stream::close() {
   // posting_queue::qp_in_error) completes every send. Nor while the execution context shuts
   // down: a request posted after its completion service destroyed the handlers in flight would
   // never be destroyed, and its handler owns this stream.
-  const bool healthy = connected() && !failed() && !qp_->send_queue().engine().abandoned();
+  const bool healthy = connected() && !failed() && !local_failure_ && !qp_->send_queue().engine().abandoned();
   fin_wanted_ = healthy && one_sided_in_flight_ == 0;
   flush_wanted_ = healthy && !fin_wanted_ && unsignalled_tail_;
   fail(error::operation_aborted, true);

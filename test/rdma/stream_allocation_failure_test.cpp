@@ -87,6 +87,8 @@ BOOST_AUTO_TEST_CASE(a_send_that_cannot_be_allocated_fails_the_connection) {
   p.a.async_write_some(asio::buffer(first), test::record(wrote_first));
   test::run_until_done(p.io, [&] { return wrote_first.done; });
   BOOST_TEST(!wrote_first.ec, wrote_first.ec.message());
+  // Arrived before a's QP fails: a write completes once posted, and a flush would end it unsent.
+  test::run_until_done(p.peer_io, [&] { return p.b.available() == first.size(); });
   {
     const pool_drained drained(p.a, detail::rdma_stream::send_operation_size());
     drained.fail_next();
@@ -138,6 +140,48 @@ BOOST_AUTO_TEST_CASE(a_receive_that_cannot_be_allocated_fails_the_connection) {
 
   BOOST_TEST(close_and_drain(p.peer_io, p.b).count() < 2000);
   BOOST_TEST(p.peer_service->outstanding() == 0u);
+}
+
+// Two writes with immediate of a's wait for credits (b's four buffers hold unread bytes). b's
+// read returns two in one report, whose receive's operation, freed as it completes, the first
+// write takes; the second cannot be allocated. It stays a waiting one and ends as they do when
+// the connection fails (flushed), instead of being dropped unanswered from inside the
+// completion that brought the credits; a's reads end with not_enough_memory.
+BOOST_AUTO_TEST_CASE(a_waiting_write_with_immediate_that_cannot_be_allocated_fails_the_connection) {
+  rdma_socket_pair p({.buffers = 4, .buffer_size = 4096}, polling_mode::event, test::peer_context::own);
+  const std::string data(100, 'a');
+  for (int i = 0; i < 4; ++i) {  // one SEND each: the peer's four credits
+    test::outcome wrote;
+    p.a.async_write_some(asio::buffer(data), test::record(wrote));
+    test::run_until_done(p.io, [&] { return wrote.done; });
+  }
+  test::run_until_done(p.peer_io, [&] { return p.b.available() == 4 * data.size(); });
+  test::guarded_region target(p.b, 64, verbs::access::remote_write);
+  test::local_memory source(p.a, 64);
+  test::outcome first, second;
+  p.a.async_write_with_immediate(source.slice(0, 8), target.remote(0, 8), 7, test::record(first));
+  p.a.async_write_with_immediate(source.slice(0, 8), target.remote(8, 8), 8, test::record(second));
+  p.io.restart();
+  p.io.poll();
+  BOOST_REQUIRE(!first.done && !second.done);  // they wait for credits
+  std::string in(2 * data.size(), '\0');
+  p.b.non_blocking(true);
+  BOOST_TEST(asio::read(p.b, asio::buffer(in)) == in.size());  // two buffers, reported together
+  {
+    const pool_drained drained(p.a, detail::rdma_stream::immediate_operation_size());
+    drained.fail_next();
+    const int failed = test::failed_allocations();
+    BOOST_CHECK_NO_THROW(test::run_until_done(
+        p.io, [&] { return second.done; }, 20s));
+    BOOST_TEST(test::failed_allocations() == failed + 1);
+  }
+  BOOST_TEST((second.ec == make_error_code(wc_errc::flushed)), second.ec.message());
+  const auto [a_read, a_data] = read_once(p.io, p.a);
+  BOOST_TEST((a_read.ec == boost::system::errc::not_enough_memory), a_read.ec.message());
+
+  BOOST_TEST(close_and_drain(p.io, p.a).count() < 2000);
+  BOOST_TEST(first.done);  // posted before the QP failed: done or flushed, either way ended
+  BOOST_TEST(p.service->outstanding() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -84,10 +84,15 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// (tests make one fail).
   static std::size_t send_operation_size() noexcept;
   static std::size_t receive_operation_size() noexcept;
+  /// And the size of a write with immediate's operation.
+  static std::size_t immediate_operation_size() noexcept;
 
  private:
   struct receive_done;
   struct send_done;
+  template <class Handler>
+  struct counted_done;
+  struct immediate_done;
   void release(std::uint32_t tag) override;
   void immediate_taken() override;
   bool writable() const noexcept override {
@@ -134,11 +139,16 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// Whether set_peer() ran: the connection was established and the handshake accepted.
   bool connected() const noexcept { return send_mr_.has_value(); }
   /// Starts a one-sided operation of this side's with `start(h)`, `h` being `handler` counted in
-  /// one_sided_in_flight_ until it runs; not counted where `start` throws (nothing was posted).
+  /// one_sided_in_flight_ until it runs. Where its operation cannot be allocated (bad_alloc),
+  /// nothing was posted or counted and `handler` comes back, untouched: the start moves it
+  /// only into an allocated operation.
   template <class Handler, class Start>
-  void start_counted(Handler handler, Start start);
+  std::optional<Handler> start_counted(Handler handler, Start start);
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec, bool direct, bool message);
+  /// After each completion of the stream's own: a failure fail_soon left to the flushes is
+  /// delivered here once nothing is posted (the last ones completed with success).
+  void deliver_local_failure();
   void send_control_messages();
   void finish_close();
   /// Drops the connection if close() has not finished within close_timeout_.
@@ -154,7 +164,9 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// A cancel of any kind withdraws a write with immediate that waits for a credit: it is not
   /// posted yet, as a work request waiting for a send-queue slot.
   void withdraw_immediate(std::uint64_t number);
-  void start_write_with_immediate(const one_sided_request& request, size_handler handler);
+  /// `handler` comes back where the operation cannot be allocated (see start_counted).
+  std::optional<size_handler> start_write_with_immediate(const one_sided_request& request,
+                                                         size_handler handler);
   /// A write with immediate ended without taking the peer's receive: its credit is free again.
   void credit_unused();
   void start_waiting_immediates();
