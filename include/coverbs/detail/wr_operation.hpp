@@ -172,7 +172,12 @@ void start(Handler&& handler, posting_queue& queue, bool is_send, Fill&& fill) {
     op->wr.recv.num_sge = 1;
   }
   fill(*static_cast<operation*>(op));
-  op->watch_cancellation();
+  try {
+    op->watch_cancellation();  // the slot's memory may be allocated now
+  } catch (...) {
+    op->destroy(op);  // posted nowhere: it would hold its handler for ever
+    throw;
+  }
   queue.submit(op);
 }
 
