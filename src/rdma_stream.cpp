@@ -569,10 +569,15 @@ void rdma_stream::start_waiting_immediates() {
     waiting_immediate& w = waiting_immediates_.front();
     if (w.handler) {
       w.handler.clear_cancellation_slot();  // posting gives the slot to the work request
+      const std::uint64_t number = w.number;
       if (auto back = start_write_with_immediate(w.request, std::move(w.handler))) {
         // Not this caller's operation to throw from: it waits on, and the connection fails as
-        // when a send cannot be allocated, ending it with the others that wait.
-        w.handler = std::move(*back);
+        // when a send cannot be allocated, ending it with the others that wait. A handler
+        // that did not come back (a failure past the allocation destroyed it) may have closed
+        // the socket as it went, taking the queue: found again by its number.
+        if (waiting_immediate* again = waiting_immediates_.find_numbered(number); again && *back) {
+          again->handler = std::move(*back);
+        }
         return fail_soon(out_of_memory());
       }
     }
@@ -612,11 +617,13 @@ void rdma_stream::fail(error_code ec, bool defer) {
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
   const bool add = request.op == one_sided_request::kind::fetch_add;
-  start_counted(std::move(handler), [&](auto counted) {
-    detail::start_atomic(std::move(counted), qp_->send_queue(),
-                         add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
-                         request.remote, request.compare_add, request.swap);
-  });
+  const bool refused =
+      start_counted(std::move(handler), [&](auto&& counted) {
+        detail::start_atomic(std::move(counted), qp_->send_queue(),
+                             add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
+                             request.remote, request.compare_add, request.swap);
+      }).has_value();
+  if (refused) throw std::bad_alloc();  // as any initiating function that cannot allocate
 }
 
 std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights,

@@ -156,6 +156,14 @@ BOOST_AUTO_TEST_CASE(a_waiting_write_with_immediate_that_cannot_be_allocated_fai
     test::run_until_done(p.io, [&] { return wrote.done; });
   }
   test::run_until_done(p.peer_io, [&] { return p.b.available() == 4 * data.size(); });
+  // a's sends completed too (else a completion handled later returns a block to the drained
+  // pool): only its receives are left, 4 buffers and 4 control slots.
+  test::run_until_done(p.io, [&] { return p.service->outstanding() == 8u; });
+  // The second write must miss the pool because the first took the block the report's
+  // receive freed: both from the same size class.
+  using memory = detail::operation_memory;
+  BOOST_REQUIRE(memory::heap_size(detail::rdma_stream::receive_operation_size()) ==
+                memory::heap_size(detail::rdma_stream::immediate_operation_size()));
   test::guarded_region target(p.b, 64, verbs::access::remote_write);
   test::local_memory source(p.a, 64);
   test::outcome first, second;
