@@ -150,7 +150,8 @@ std::size_t rdma_stream::immediate_operation_size() noexcept {
 }
 
 void rdma_stream::start() {
-  // While connecting, a failure is the connect's (the stream is dropped with what it posted).
+  // While connecting, a failure is the connect's (the stream is dropped with what it posted:
+  // fail_soon's QP in error flushes those receives, which hold the stream until then).
   for (std::uint32_t i = 0; i < local_.buffers + control_slots; ++i) {
     if (!post_receive(i)) throw std::bad_alloc();
   }
@@ -159,16 +160,26 @@ void rdma_stream::start() {
 // Counted only once posted: a completion never runs inside the post (a refused one is posted).
 bool rdma_stream::post_receive(std::uint32_t index) {
   auto buffer = receive_mr_.slice(std::size_t{index} * local_.buffer_size, local_.buffer_size);
+  if (!started([&] {
+        detail::start<received_result>(
+            receive_done{{shared_from_this(), index}}, qp_->receive_queue(), false, [&](operation& op) {
+              op.sge = {reinterpret_cast<std::uint64_t>(buffer.data), buffer.size, buffer.lkey};
+            });
+      })) {
+    return false;
+  }
+  ++receives_posted_;
+  return true;
+}
+
+template <class Start>
+bool rdma_stream::started(Start start) {
   try {
-    detail::start<received_result>(
-        receive_done{{shared_from_this(), index}}, qp_->receive_queue(), false, [&](operation& op) {
-          op.sge = {reinterpret_cast<std::uint64_t>(buffer.data), buffer.size, buffer.lkey};
-        });
+    start();
   } catch (const std::bad_alloc&) {
     fail_soon(out_of_memory());
     return false;
   }
-  ++receives_posted_;
   return true;
 }
 
@@ -238,12 +249,11 @@ bool rdma_stream::post_send(std::uint32_t index, verbs::local_buffer data, std::
     if (!signalled) op.wr.send.send_flags = 0;
   };
   const bool message = (flags & stream_imm::message_bit) != 0;
-  try {
-    detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct, message}, qp_->send_queue(),
-                                true, fill);
-  } catch (const std::bad_alloc&) {
+  if (!started([&] {
+        detail::start<bytes_result>(send_done{{shared_from_this(), index}, direct, message},
+                                    qp_->send_queue(), true, fill);
+      })) {
     if (index != no_buffer) free_send_.push_back(index);  // within the capacity set_peer gave it
-    fail_soon(out_of_memory());
     return false;
   }
   credits_to_return_ = 0;
@@ -302,7 +312,7 @@ rdma_stream::located_pieces rdma_stream::locate(const const_buffer_list& buffers
 }
 
 std::size_t rdma_stream::transmit_direct(const const_buffer_list& buffers, bool message) {
-  if (regions_.empty() || fin_wanted_ || closed_ || failed() || local_failure_) return 0;
+  if (regions_.empty() || fin_wanted_ || posting_stopped()) return 0;
   if (message) return zero_copy_messages_ ? transmit_direct_message(buffers) : 0;
   const located_pieces front = locate(buffers);
   std::size_t registered = 0;
@@ -376,7 +386,7 @@ const verbs::memory_region* rdma_stream::region_holding(boost::asio::const_buffe
 }
 
 void rdma_stream::release(std::uint32_t tag) {
-  if (closed_ || failed() || local_failure_ || !post_receive(tag)) return;
+  if (posting_stopped() || !post_receive(tag)) return;
   ++credits_to_return_;
   send_control_messages();
 }
@@ -390,7 +400,7 @@ void rdma_stream::immediate_taken() {
 }
 
 void rdma_stream::send_control_messages() {
-  if (closed_ || failed() || local_failure_) return;
+  if (posting_stopped()) return;
   send_fin();
   // Report re-posted buffers once half the pool is back, unless data will carry them soon.
   if (credits_to_return_ >= std::max<std::uint32_t>(1, local_.buffers / 2) && control_credits_ >= 1) {
@@ -518,11 +528,16 @@ std::optional<Handler> rdma_stream::start_counted(Handler handler, Start start) 
   return std::nullopt;
 }
 
+template <class Handler, class Start>
+void rdma_stream::start_counted_or_throw(Handler handler, Start start) {
+  if (start_counted(std::move(handler), std::move(start))) throw std::bad_alloc();
+}
+
 void rdma_stream::transfer(const one_sided_request& request, size_handler handler) {
   using kind = one_sided_request::kind;
   if (request.op == kind::write_with_immediate) {
-    // A failed connection gives no credits back: fail at once, as the QP in error would.
-    if (failed())
+    // A failed or failing connection gives no credits back: fail at once, as the QP in error would.
+    if (failed() || local_failure_)
       return hand_over(std::move(handler), true, make_error_code(wc_errc::flushed), std::size_t{0});
     start_waiting_immediates();  // passes over withdrawn ones at the front
     if (credits_ >= 1 && waiting_immediates_.empty()) {
@@ -532,17 +547,19 @@ void rdma_stream::transfer(const one_sided_request& request, size_handler handle
     waiting_immediates_.push_back({request, std::move(handler), immediates_waited_ + 1});
     const waiting_immediate& w = waiting_immediates_[waiting_immediates_.size() - 1];
     ++immediates_waited_;
-    if (auto slot = w.handler.get_cancellation_slot(); slot.is_connected()) {
-      slot.assign([this, number = w.number](boost::asio::cancellation_type) { withdraw_immediate(number); });
-    }
-    return;
+    return watch_withdrawal(w);
   }
-  const bool refused = start_counted(std::move(handler), [&](auto&& counted) {
-                         start_one_sided(std::move(counted), qp_->send_queue(),
-                                         request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
-                                         request.local, request.remote);
-                       }).has_value();
-  if (refused) throw std::bad_alloc();  // as any initiating function that cannot allocate
+  start_counted_or_throw(std::move(handler), [&](auto&& counted) {
+    start_one_sided(std::move(counted), qp_->send_queue(),
+                    request.op == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, request.local,
+                    request.remote);
+  });
+}
+
+void rdma_stream::watch_withdrawal(const waiting_immediate& w) {
+  if (auto slot = w.handler.get_cancellation_slot(); slot.is_connected()) {
+    slot.assign([this, number = w.number](boost::asio::cancellation_type) { withdraw_immediate(number); });
+  }
 }
 
 std::optional<size_handler> rdma_stream::start_write_with_immediate(const one_sided_request& request,
@@ -565,6 +582,7 @@ void rdma_stream::credit_unused() {
 }
 
 void rdma_stream::start_waiting_immediates() {
+  if (local_failure_) return;  // its posts would only be flushed: the failure ends them (fail)
   while (!waiting_immediates_.empty() && (credits_ >= 1 || !waiting_immediates_.front().handler)) {
     waiting_immediate& w = waiting_immediates_.front();
     if (w.handler) {
@@ -577,6 +595,11 @@ void rdma_stream::start_waiting_immediates() {
         // the socket as it went, taking the queue: found again by its number.
         if (waiting_immediate* again = waiting_immediates_.find_numbered(number); again && *back) {
           again->handler = std::move(*back);
+          try {
+            watch_withdrawal(*again);
+          } catch (const std::bad_alloc&) {
+            // Cannot be withdrawn then: it ends with the failure, as the others that wait.
+          }
         }
         return fail_soon(out_of_memory());
       }
@@ -617,13 +640,11 @@ void rdma_stream::fail(error_code ec, bool defer) {
 
 void rdma_stream::atomic(const one_sided_request& request, value_handler handler) {
   const bool add = request.op == one_sided_request::kind::fetch_add;
-  const bool refused =
-      start_counted(std::move(handler), [&](auto&& counted) {
-        detail::start_atomic(std::move(counted), qp_->send_queue(),
-                             add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
-                             request.remote, request.compare_add, request.swap);
-      }).has_value();
-  if (refused) throw std::bad_alloc();  // as any initiating function that cannot allocate
+  start_counted_or_throw(std::move(handler), [&](auto&& counted) {
+    detail::start_atomic(std::move(counted), qp_->send_queue(),
+                         add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP, request.local,
+                         request.remote, request.compare_add, request.swap);
+  });
 }
 
 std::uint32_t rdma_stream::register_memory(std::span<std::byte> memory, verbs::access rights,

@@ -144,6 +144,16 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// only into an allocated operation.
   template <class Handler, class Start>
   std::optional<Handler> start_counted(Handler handler, Start start);
+  /// start_counted for an operation the caller started: where it cannot be allocated, throws
+  /// bad_alloc (as any initiating function that cannot allocate) and `handler` is not called.
+  template <class Handler, class Start>
+  void start_counted_or_throw(Handler handler, Start start);
+  /// Whether `start` allocated (and posted) its operation; where it could not (bad_alloc), the
+  /// connection fails (fail_soon).
+  template <class Start>
+  bool started(Start start);
+  /// Past close() or a failure, a local one included: nothing more of the stream's is posted.
+  bool posting_stopped() const noexcept { return closed_ || failed() || local_failure_; }
   void on_receive(std::uint32_t index, error_code ec, received r);
   void on_send(std::uint32_t index, error_code ec, bool direct, bool message);
   /// After each completion of the stream's own: a failure fail_soon left to the flushes is
@@ -164,6 +174,8 @@ class rdma_stream final : public stream_core, public std::enable_shared_from_thi
   /// A cancel of any kind withdraws a write with immediate that waits for a credit: it is not
   /// posted yet, as a work request waiting for a send-queue slot.
   void withdraw_immediate(std::uint64_t number);
+  /// Lets a cancel of `w`'s handler withdraw it (see withdraw_immediate).
+  void watch_withdrawal(const waiting_immediate& w);
   /// `handler` comes back where the operation cannot be allocated (see start_counted).
   std::optional<size_handler> start_write_with_immediate(const one_sided_request& request,
                                                          size_handler handler);
