@@ -39,11 +39,6 @@ bool failed_without_device(const error_code& ec) noexcept {
   return ec.category() == boost::system::system_category() && ec != error::operation_aborted;
 }
 
-// What a connection fails with where an operation of its own cannot be allocated.
-error_code out_of_memory() noexcept {
-  return make_error_code(boost::system::errc::not_enough_memory);
-}
-
 // What reads report after a receive failed. A flush is the end of the stream (the peer
 // disconnected: what it sent before came first). The receives posted here are well formed, so
 // a receive's own failure is the sender's: a SEND longer than the buffer it landed in breaks

@@ -156,12 +156,12 @@ bool tcp_stream::input_wanted() const noexcept {
 }
 
 // noexcept: it runs inside user's calls whose operation is stored by then (a read, a one-sided
-// operation, a queued write), so a failure to allocate the read, which nothing could report,
-// ends the program instead of leaving the operation stored behind an exception.
+// operation, a queued write): a read that cannot be allocated fails the connection, which ends
+// that operation with the others.
 void tcp_stream::want_input() noexcept {
   if (!inbox_idle_ || closed_ || broken_) return;
-  inbox_idle_ = false;  // before the start, as reading_ is
-  fill_inbox();         // Asio completes it later, never inside this call
+  inbox_idle_ = false;                      // before the start, as reading_ is
+  guarded([this] { fill_inbox(); }, true);  // Asio completes it later, never inside this call
 }
 
 // Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
@@ -173,12 +173,13 @@ void tcp_stream::resume_reading() {
 }
 
 void tcp_stream::immediate_taken() {
-  resume_reading();
+  guarded([this] { resume_reading(); }, true);
 }
 
 void tcp_stream::read_frames_later() {
-  post_unerased(get_executor(), boost::asio::bind_allocator(
-                                    allocator(), [self = shared_from_this()] { self->read_frames_anew(); }));
+  post_unerased(get_executor(), boost::asio::bind_allocator(allocator(), [self = shared_from_this()] {
+                  self->guarded([&] { self->read_frames_anew(); });
+                }));
 }
 
 // read_frames entered from the scheduler (a completion, or a posted turn): the reads of the
@@ -201,7 +202,7 @@ void tcp_stream::fill_inbox() {
     socket_.async_read_some(
         boost::asio::buffer(inbox) + have,
         boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-          self->on_inbox(ec, n);
+          self->guarded([&] { self->on_inbox(ec, n); });
         }));
   } catch (...) {
     reading_ = false;
@@ -484,8 +485,9 @@ std::size_t tcp_stream::read_past_inbox(std::span<boost::asio::mutable_buffer> i
 void tcp_stream::wait_readable() {
   reading_ = true;
   socket_.async_wait(boost::asio::socket_base::wait_read,
-                     boost::asio::bind_allocator(
-                         allocator(), [self = shared_from_this()](error_code e) { self->on_inbox(e, 0); }));
+                     boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code e) {
+                       self->guarded([&] { self->on_inbox(e, 0); });
+                     }));
 }
 
 void tcp_stream::start_write() {
@@ -572,7 +574,7 @@ void tcp_stream::read_payload() {
   socket_.async_read_some(
       buffers,
       boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-        self->on_payload_part(ec, n);
+        self->guarded([&] { self->on_payload_part(ec, n); });
       }));
 }
 
@@ -699,9 +701,13 @@ std::span<std::byte> tcp_stream::writable_inbox() {
 
 void tcp_stream::release(std::uint32_t tag) {
   if (--slot_users_[tag] > 0) return;
-  held_bytes_ -= held_cost(slots_[tag].capacity());    // unchanged while held: nothing resizes a used slot
-  if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses the memory
-  resume_reading();
+  held_bytes_ -= held_cost(slots_[tag].capacity());  // unchanged while held: nothing resizes a used slot
+  guarded(
+      [&] {
+        if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses it
+        resume_reading();
+      },
+      true);
 }
 
 // --- failure and close --------------------------------------------------------------------
@@ -712,7 +718,11 @@ void tcp_stream::fail(error_code stream_ec, error_code first, error_code rest, f
   broken_ = true;
   if (tell_peer != frame_status::ok && !failure_sent_) {
     failure_sent_ = true;
-    send_frame({.type = frame_type::close, .status = tell_peer});
+    try {
+      send_frame({.type = frame_type::close, .status = tell_peer});
+    } catch (const std::bad_alloc&) {
+      reset_socket();  // the peer learns of the failure, not its reason
+    }
   }
   fifo<one_sided_op> ops = take_operations();
   finish_all(ops, first, rest, defer);
@@ -777,21 +787,62 @@ void tcp_stream::close() {
   // frame): the answers queued before it and the reason go out, as a device's NAK does
   // whatever its application does; its own operations are flushed already.
   const bool owes_the_peer = broken_ && failure_sent_;
-  lingering_ = (!broken_ || owes_the_peer) && writing_ && close_timeout_.count() > 0 &&
+  lingering_ = (!broken_ || owes_the_peer) && writing_ && socket_.is_open() && close_timeout_.count() > 0 &&
                std::all_of(operations_.begin(), operations_.end(),
                            [](const one_sided_op& op) { return op.withdrawn; });
   closed_ = true;
   broken_ = true;
-  fifo<one_sided_op> ops = take_operations();
-  deliver_failure(error::operation_aborted, true);
-  // As when a queue pair is torn down: what was started and not answered is flushed.
-  finish_all(ops, flushed(), flushed(), true);
-  if (!lingering_) return finish_close();
-  // A peer that reads nothing would hold this stream, and io_context::run, for ever.
-  close_timer_.emplace(get_executor(), close_timeout_);
-  close_timer_->async_wait([weak = weak_from_this()](error_code ec) {
-    if (auto self = weak.lock(); self && !ec) self->finish_close();
-  });
+  try {
+    fifo<one_sided_op> ops = take_operations();
+    deliver_failure(error::operation_aborted, true);
+    // As when a queue pair is torn down: what was started and not answered is flushed.
+    finish_all(ops, flushed(), flushed(), true);
+    if (!lingering_) return finish_close();
+    // A peer that reads nothing would hold this stream, and io_context::run, for ever.
+    close_timer_.emplace(get_executor(), close_timeout_);
+    close_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+      if (auto self = weak.lock(); self && !ec) self->finish_close();
+    });
+  } catch (const std::bad_alloc&) {
+    // Called by destructors and noexcept moves: never a throw. Handlers that could not be
+    // posted are dropped (not run); the connection ends now, the peer told by a reset.
+    reset_socket();
+  }
+}
+
+// --- running out of memory ----------------------------------------------------------------
+
+void tcp_stream::reset_socket() noexcept {
+  lingering_ = false;
+  error_code ignored;
+  socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
+  socket_.close(ignored);  // what is under way ends with operation_aborted
+}
+
+// As rdma_stream::fail_soon: the peer is not told why (a failing close would have to be
+// allocated), and the one-sided operations end flushed, as a queue pair in error ends them.
+void tcp_stream::fail_for_memory(bool inside_user_call) noexcept {
+  reset_socket();
+  broken_ = true;
+  if (closed_ || std::exchange(memory_failed_, true)) return;  // what they end is ended
+  if (!inside_user_call) return end_for_memory();
+  try {
+    boost::asio::post(get_executor(), boost::asio::bind_allocator(allocator(), [self = shared_from_this()] {
+                        self->end_for_memory();
+                      }));
+  } catch (const std::bad_alloc&) {
+    // Nothing left to post with: operations waiting now wait until close(), which ends them.
+  }
+}
+
+void tcp_stream::end_for_memory() noexcept {
+  try {
+    fifo<one_sided_op> ops = take_operations();
+    finish_all(ops, flushed(), flushed(), false);
+    deliver_failure(out_of_memory(), false);
+  } catch (const std::bad_alloc&) {
+    // A handler bound to another executor that could not be handed over is dropped, not run.
+  }
 }
 
 void tcp_stream::finish_close() {

@@ -103,11 +103,16 @@ void tcp_stream::atomic(const one_sided_request& request, value_handler handler)
 void tcp_stream::start_operation(one_sided_op op) {
   if (broken_) return finish(op, flushed(), 0, true);  // as posted to a queue pair in error
   op.number = requests_started_ + 1;
-  operations_.push_back(std::move(op));
+  operations_.push_back(std::move(op));  // where it cannot grow, the caller gets bad_alloc
   ++requests_started_;
-  watch(operations_[operations_.size() - 1]);
-  send_requests();
-  want_input();  // its answers
+  // Stored now, so it ends with the connection where what follows cannot allocate.
+  guarded(
+      [this] {
+        watch(operations_[operations_.size() - 1]);
+        send_requests();
+        want_input();  // its answers
+      },
+      true);
 }
 
 void tcp_stream::watch(const one_sided_op& op) {
@@ -124,17 +129,23 @@ void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellatio
   one_sided_op& op = *found;
   if (op.withdrawn || op.cancelled) return;
   if (op.sent == 0 && !op.local_error) {
-    // finish clears the slot whose handler runs this (as stream_core::cancel does): nothing
-    // of that handler is touched afterwards.
-    finish(op, error::operation_aborted, 0, true);
+    // Withdrawn first: a finish that cannot post its handler has lost it (it is not run twice).
     op.withdrawn = true;
     // Outside the canceller's call, which must not run other handlers: passing over it may
     // let a write or message go that waited for it (whoever passes it first: an operation
-    // started before this runs may, without serving them).
-    boost::asio::post(get_executor(), [self = shared_from_this()] {
-      self->send_requests();
-      self->capacity_available();
-    });
+    // started before this runs may, without serving them). finish clears the slot whose
+    // handler runs this (as stream_core::cancel does): nothing of that handler is touched after.
+    guarded(
+        [&] {
+          finish(op, error::operation_aborted, 0, true);
+          boost::asio::post(get_executor(), [self = shared_from_this()] {
+            self->guarded([&] {
+              self->send_requests();
+              self->capacity_available();
+            });
+          });
+        },
+        true);
     return;
   }
   // A partial or total cancel promises to leave the connection as it was.
@@ -166,7 +177,7 @@ void tcp_stream::send_requests() {
       if (next_to_send_ == 0 && op.answered == op.sent && !std::exchange(local_failure_posted_, true)) {
         boost::asio::post(get_executor(), [self = shared_from_this()] {
           self->local_failure_posted_ = false;
-          self->fail_on_local_error();
+          self->guarded([&] { self->fail_on_local_error(); });
         });
       }
       break;

@@ -67,9 +67,11 @@ void tcp_stream::queue_frame(const wire::frame_header& h, outgoing_frame f) {
 }
 
 void tcp_stream::queue_bytes(outgoing_frame f) {
-  outgoing_bytes_ += f.bytes.size();
-  if (f.response) ++responses_queued_;
-  outgoing_.push_back(std::move(f));
+  const std::size_t size = f.bytes.size();
+  const bool response = f.response;
+  outgoing_.push_back(std::move(f));  // first: where it cannot grow, nothing is counted
+  outgoing_bytes_ += size;
+  if (response) ++responses_queued_;
   if (!writing_) write_next();
 }
 
@@ -102,7 +104,7 @@ void tcp_stream::write_gathered() {
   socket_.async_write_some(
       std::span<const boost::asio::const_buffer>(gather_.data() + gather_begin_, gather_end_ - gather_begin_),
       boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-        self->on_write_some(ec, n);
+        self->guarded([&] { self->on_write_some(ec, n); });
       }));
 }
 
@@ -182,13 +184,21 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
   if (message && total > limit_) {
     // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
     // failing (outside this initiating call) beats a send that waits for ever.
-    boost::asio::post(get_executor(), [self = shared_from_this()] {
-      self->fail(error::message_size, flushed(), flushed(), frame_status::remote_operation);
-    });
+    guarded(
+        [&] {
+          boost::asio::post(get_executor(), [self = shared_from_this()] {
+            self->guarded([&] {
+              self->fail(error::message_size, flushed(), flushed(), frame_status::remote_operation);
+            });
+          });
+        },
+        true);
     return 0;
   }
   const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
-  send_copied(payload_header(n, message), buffers);
+  // Part of the frame may be on the wire when copying the rest cannot be allocated: the
+  // connection fails then (its peer would read the next frame's bytes as the rest).
+  if (!guarded([&] { send_copied(payload_header(n, message), buffers); }, true)) return 0;
   return n > 0 ? n : 1;  // an empty message still counts as sent
 }
 
@@ -245,7 +255,9 @@ std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool m
   if (message && total > limit_) return 0;  // transmit fails it
   const std::size_t n = std::min<std::size_t>(total, limit_);
   if (n < min_direct_bytes) return 0;
-  return send_direct_frame(payload_header(n, message), buffers);
+  std::size_t sent = 0;
+  guarded([&] { sent = send_direct_frame(payload_header(n, message), buffers); }, true);
+  return sent;
 }
 
 // close(ok) ends this side's stream bytes and messages only; one-sided operations go on.
@@ -254,7 +266,7 @@ void tcp_stream::shutdown_send() {
   stream_ended_ = true;
   // After the requests started before it: the peer reads eof once their writes have landed.
   close_after_ = requests_started_;
-  send_close_when_due();
+  guarded([this] { send_close_when_due(); }, true);
 }
 
 void tcp_stream::send_close_when_due() {

@@ -44,6 +44,11 @@ struct one_sided_request {
 };
 using default_socket_token = boost::asio::default_completion_token_t<boost::asio::any_io_executor>;
 
+/// What a connection fails with where a step of its transport cannot allocate.
+inline error_code out_of_memory() noexcept {
+  return make_error_code(boost::system::errc::not_enough_memory);
+}
+
 class stream_core : public handler_holder {
  public:
   /// Where a transport stops taking the peer's writes with immediate (TCP stops reading, RDMA

@@ -9,8 +9,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "coverbs/detail/fifo.hpp"
@@ -206,6 +208,28 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   // `defer` posts the handlers (from a user's call, as deliver_failure's).
   void fail(error_code stream_ec, error_code first, error_code rest, wire::frame_status tell_peer,
             bool defer = false);
+  /// Closes the socket so that the peer sees a reset: nothing queued goes out after a gap.
+  void reset_socket() noexcept;
+  /// Runs a step of the stream's own, from the scheduler (a completion, a posted turn) or
+  /// `inside_user_call`: where it cannot allocate, the connection fails (fail_for_memory).
+  /// Whether it ran whole.
+  template <class Step>
+  bool guarded(Step&& step, bool inside_user_call = false) {
+    try {
+      std::forward<Step>(step)();
+    } catch (const std::bad_alloc&) {
+      fail_for_memory(inside_user_call);
+      return false;
+    }
+    return true;
+  }
+  /// A step could not allocate, perhaps halfway through changing what the connection holds (a
+  /// header taken without its payload, part of a frame written): nothing of it can be trusted.
+  /// The socket is reset at once, and every operation ends with not_enough_memory, from here
+  /// or, `inside_user_call` (which must not complete handlers), from a posted turn.
+  void fail_for_memory(bool inside_user_call) noexcept;
+  /// fail_for_memory's end of the operations.
+  void end_for_memory() noexcept;
   fifo<one_sided_op> take_operations();
   /// Ends `ops` (taken out by take_operations): the oldest with `first`, the rest with `rest`.
   void finish_all(fifo<one_sided_op>& ops, error_code first, error_code rest, bool defer);
@@ -285,6 +309,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::uint64_t next_request_id_ = 1;
   std::uint32_t unanswered_ = 0;  ///< request frames sent whose response has not arrived
   bool local_failure_posted_ = false;  ///< fail_on_local_error is on its way (send_requests)
+  bool memory_failed_ = false;         ///< fail_for_memory ran
   wire::region_table regions_;
 };
 
