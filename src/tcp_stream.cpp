@@ -804,8 +804,8 @@ void tcp_stream::close() {
       if (auto self = weak.lock(); self && !ec) self->finish_close();
     });
   } catch (const std::bad_alloc&) {
-    // Called by destructors and noexcept moves: never a throw. Handlers that could not be
-    // posted are dropped (not run); the connection ends now, the peer told by a reset.
+    // Called by destructors and noexcept moves: never a throw. Operations whose handlers could
+    // not be posted are not run (destroyed with the stream); the peer is told by a reset.
     reset_socket();
   }
 }
@@ -814,6 +814,7 @@ void tcp_stream::close() {
 
 void tcp_stream::reset_socket() noexcept {
   lingering_ = false;
+  if (close_timer_) close_timer_->cancel();  // nothing is left to linger for
   error_code ignored;
   socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
   socket_.close(ignored);  // what is under way ends with operation_aborted
@@ -824,24 +825,40 @@ void tcp_stream::reset_socket() noexcept {
 void tcp_stream::fail_for_memory(bool inside_user_call) noexcept {
   reset_socket();
   broken_ = true;
-  if (closed_ || std::exchange(memory_failed_, true)) return;  // what they end is ended
+  if (std::exchange(memory_failed_, true)) return;
   if (!inside_user_call) return end_for_memory();
   try {
-    boost::asio::post(get_executor(), boost::asio::bind_allocator(allocator(), [self = shared_from_this()] {
-                        self->end_for_memory();
-                      }));
+    if (auto self = weak_from_this().lock()) {
+      boost::asio::post(get_executor(),
+                        boost::asio::bind_allocator(allocator(), [self] { self->end_for_memory(); }));
+    }
   } catch (const std::bad_alloc&) {
     // Nothing left to post with: operations waiting now wait until close(), which ends them.
   }
 }
 
+// Each part on its own: a handler that cannot be handed over to an executor of its own is
+// dropped (not run), and the others still end.
 void tcp_stream::end_for_memory() noexcept {
   try {
-    fifo<one_sided_op> ops = take_operations();
-    finish_all(ops, flushed(), flushed(), false);
-    deliver_failure(out_of_memory(), false);
+    if (!closed_) {  // close() ended these
+      fifo<one_sided_op> ops = take_operations();
+      finish_all(ops, flushed(), flushed(), false);
+    }
   } catch (const std::bad_alloc&) {
-    // A handler bound to another executor that could not be handed over is dropped, not run.
+  }
+  try {
+    if (!closed_) deliver_failure(out_of_memory(), false);
+  } catch (const std::bad_alloc&) {
+  }
+  // A write from the caller's memory ends when its socket write does (on_written); where a
+  // failed step left none under way, it ends here. (The socket is closed: nothing reads
+  // that memory any more.)
+  try {
+    for (const bool message : {false, true}) {
+      if (!write_under_way_ && direct_pending(message)) direct_done(message, error::broken_pipe);
+    }
+  } catch (const std::bad_alloc&) {
   }
 }
 

@@ -276,7 +276,12 @@ void tcp_stream::on_response() {
   one_sided_op done = std::move(operations_.front());
   operations_.pop_front();
   --next_to_send_;
-  requests_sent_on();
+  try {
+    requests_sent_on();
+  } catch (const std::bad_alloc&) {
+    finish(done, {}, value, false);  // it succeeded: out of operations_, nothing else would end it
+    throw;
+  }
   finish(done, {}, value, false);
   fail_on_local_error();  // the next one failed its check while this one was unanswered
 }

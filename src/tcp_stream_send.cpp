@@ -104,8 +104,10 @@ void tcp_stream::write_gathered() {
   socket_.async_write_some(
       std::span<const boost::asio::const_buffer>(gather_.data() + gather_begin_, gather_end_ - gather_begin_),
       boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
+        self->write_under_way_ = false;
         self->guarded([&] { self->on_write_some(ec, n); });
       }));
+  write_under_way_ = true;
 }
 
 void tcp_stream::on_write_some(error_code ec, std::size_t n) {
@@ -152,8 +154,10 @@ void tcp_stream::on_written(error_code ec) {
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
     // Written or not, the direct frames' memory is their callers' again.
+    // A connection that ran out of memory fails them as any write into a failed one.
+    const error_code why = memory_failed_ ? error::broken_pipe : ec ? ec : error::operation_aborted;
     for (const bool message : {false, true}) {
-      if (direct_pending(message)) direct_done(message, ec ? ec : error::operation_aborted);
+      if (direct_pending(message)) direct_done(message, why);
     }
     return;
   }
@@ -213,9 +217,14 @@ void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& pay
   if (written == header.size() + n) return payload.consume(n);
   std::vector<std::byte> frame = take_frame(n);
   std::memcpy(frame.data(), header.data(), header.size());
-  payload.take(frame.data() + header.size(), n);
+  std::size_t copied = header.size();
+  payload.visit_front(n, [&](std::size_t, boost::asio::const_buffer piece) {
+    std::memcpy(frame.data() + copied, piece.data(), piece.size());
+    copied += piece.size();
+  });
   frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
   queue_bytes({std::move(frame), response});
+  payload.consume(n);  // once queued: bytes a failure to queue left are still the write's
 }
 
 // A response without payload goes out as read responses do: at once where nothing is queued, so

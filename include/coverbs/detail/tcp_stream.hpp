@@ -298,6 +298,7 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_ not yet written whole
   bool writing_ = false;
+  bool write_under_way_ = false;        ///< an asynchronous socket write is started and not completed
   fifo<one_sided_op> operations_;       ///< started and not completed (or withdrawn), in order
   std::size_t next_to_send_ = 0;        ///< index in operations_ of the first not sent nor passed
   std::uint64_t requests_started_ = 0;  ///< one-sided operations started, ever
