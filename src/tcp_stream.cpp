@@ -161,7 +161,7 @@ bool tcp_stream::input_wanted() const noexcept {
 void tcp_stream::want_input() noexcept {
   if (!inbox_idle_ || closed_ || broken_) return;
   inbox_idle_ = false;                      // before the start, as reading_ is
-  guarded([this] { fill_inbox(); }, true);  // Asio completes it later, never inside this call
+  guarded_in_call([this] { fill_inbox(); });  // Asio completes it later, never inside this call
 }
 
 // Reading resumes from a user's call (a read that consumed bytes, a write): handling frames
@@ -173,7 +173,7 @@ void tcp_stream::resume_reading() {
 }
 
 void tcp_stream::immediate_taken() {
-  guarded([this] { resume_reading(); }, true);
+  guarded_in_call([this] { resume_reading(); });
 }
 
 void tcp_stream::read_frames_later() {
@@ -702,12 +702,10 @@ std::span<std::byte> tcp_stream::writable_inbox() {
 void tcp_stream::release(std::uint32_t tag) {
   if (--slot_users_[tag] > 0) return;
   held_bytes_ -= held_cost(slots_[tag].capacity());  // unchanged while held: nothing resizes a used slot
-  guarded(
-      [&] {
-        if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses it
-        resume_reading();
-      },
-      true);
+  guarded_in_call([&] {
+    if (tag != inbox_slot_) free_slots_.push_back(tag);  // keeps its capacity: steady state reuses it
+    resume_reading();
+  });
 }
 
 // --- failure and close --------------------------------------------------------------------
@@ -804,8 +802,9 @@ void tcp_stream::close() {
       if (auto self = weak.lock(); self && !ec) self->finish_close();
     });
   } catch (const std::bad_alloc&) {
-    // Called by destructors and noexcept moves: never a throw. Operations whose handlers could
-    // not be posted are not run (destroyed with the stream); the peer is told by a reset.
+    // Called by destructors and noexcept moves: never a throw. The operations from the one
+    // whose handler could not be posted on are not run (destroyed, those taken out at once,
+    // the stream's with it); the peer is told by a reset.
     reset_socket();
   }
 }
@@ -825,8 +824,11 @@ void tcp_stream::reset_socket() noexcept {
 void tcp_stream::fail_for_memory(bool inside_user_call) noexcept {
   reset_socket();
   broken_ = true;
-  if (std::exchange(memory_failed_, true)) return;
+  const bool again = std::exchange(memory_failed_, true);
+  // From the scheduler it ends them (again: end_for_memory ends only what is left), where a
+  // failure inside a user's call may not have been able to post its end.
   if (!inside_user_call) return end_for_memory();
+  if (again) return;
   try {
     if (auto self = weak_from_this().lock()) {
       boost::asio::post(get_executor(),
@@ -837,8 +839,8 @@ void tcp_stream::fail_for_memory(bool inside_user_call) noexcept {
   }
 }
 
-// Each part on its own: a handler that cannot be handed over to an executor of its own is
-// dropped (not run), and the others still end.
+// Each part under its own try: a handler that cannot be handed over to an executor of its own
+// is dropped (not run), with those after it in that part; the next parts still end theirs.
 void tcp_stream::end_for_memory() noexcept {
   try {
     if (!closed_) {  // close() ended these
@@ -855,10 +857,14 @@ void tcp_stream::end_for_memory() noexcept {
   // failed step left none under way, it ends here. (The socket is closed: nothing reads
   // that memory any more.)
   try {
-    for (const bool message : {false, true}) {
-      if (!write_under_way_ && direct_pending(message)) direct_done(message, error::broken_pipe);
-    }
+    if (!write_under_way_) end_direct_writes(error::broken_pipe);
   } catch (const std::bad_alloc&) {
+  }
+}
+
+void tcp_stream::end_direct_writes(error_code ec) {
+  for (const bool message : {false, true}) {
+    if (direct_pending(message)) direct_done(message, ec);
   }
 }
 

@@ -106,13 +106,11 @@ void tcp_stream::start_operation(one_sided_op op) {
   operations_.push_back(std::move(op));  // where it cannot grow, the caller gets bad_alloc
   ++requests_started_;
   // Stored now, so it ends with the connection where what follows cannot allocate.
-  guarded(
-      [this] {
-        watch(operations_[operations_.size() - 1]);
-        send_requests();
-        want_input();  // its answers
-      },
-      true);
+  guarded_in_call([this] {
+    watch(operations_[operations_.size() - 1]);
+    send_requests();
+    want_input();  // its answers
+  });
 }
 
 void tcp_stream::watch(const one_sided_op& op) {
@@ -135,7 +133,7 @@ void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellatio
     // let a write or message go that waited for it (whoever passes it first: an operation
     // started before this runs may, without serving them). finish clears the slot whose
     // handler runs this (as stream_core::cancel does): nothing of that handler is touched after.
-    guarded(
+    guarded_in_call(
         [&] {
           finish(op, error::operation_aborted, 0, true);
           boost::asio::post(get_executor(), [self = shared_from_this()] {
@@ -144,8 +142,7 @@ void tcp_stream::cancel_operation(std::uint64_t number, boost::asio::cancellatio
               self->capacity_available();
             });
           });
-        },
-        true);
+        });
     return;
   }
   // A partial or total cancel promises to leave the connection as it was.

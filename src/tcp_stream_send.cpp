@@ -101,13 +101,21 @@ void tcp_stream::write_next() {
 // Plain write_some calls rather than asio::async_write: its composed operation copies the
 // buffer sequence on every step, a tenth of the instructions of a small-write stream.
 void tcp_stream::write_gathered() {
-  socket_.async_write_some(
-      std::span<const boost::asio::const_buffer>(gather_.data() + gather_begin_, gather_end_ - gather_begin_),
-      boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
-        self->write_under_way_ = false;
-        self->guarded([&] { self->on_write_some(ec, n); });
-      }));
+  // Set before the start, as reading_ is, and undone if the start throws: no socket write then
+  // holds a direct write's memory (end_for_memory may end it).
   write_under_way_ = true;
+  try {
+    socket_.async_write_some(
+        std::span<const boost::asio::const_buffer>(gather_.data() + gather_begin_,
+                                                   gather_end_ - gather_begin_),
+        boost::asio::bind_allocator(allocator(), [self = shared_from_this()](error_code ec, std::size_t n) {
+          self->write_under_way_ = false;
+          self->guarded([&] { self->on_write_some(ec, n); });
+        }));
+  } catch (...) {
+    write_under_way_ = false;
+    throw;
+  }
 }
 
 void tcp_stream::on_write_some(error_code ec, std::size_t n) {
@@ -154,11 +162,9 @@ void tcp_stream::on_written(error_code ec) {
     // still get broken_pipe from stream_core, as on a TCP socket.
     if (!closed_) connection_lost(error::connection_reset);
     // Written or not, the direct frames' memory is their callers' again.
-    // A connection that ran out of memory fails them as any write into a failed one.
-    const error_code why = memory_failed_ ? error::broken_pipe : ec ? ec : error::operation_aborted;
-    for (const bool message : {false, true}) {
-      if (direct_pending(message)) direct_done(message, why);
-    }
+    // The reset of a connection out of memory ends them before its failure is delivered
+    // (posted from a user's call), which would make them broken_pipe (direct_done): the same.
+    end_direct_writes(memory_failed_ ? error::broken_pipe : ec ? ec : error::operation_aborted);
     return;
   }
   write_next();
@@ -188,21 +194,20 @@ std::size_t tcp_stream::transmit(const_buffer_list& buffers, bool message) {
   if (message && total > limit_) {
     // Accepted before the peer's hello announced a smaller limit, so it can never be sent;
     // failing (outside this initiating call) beats a send that waits for ever.
-    guarded(
+    guarded_in_call(
         [&] {
           boost::asio::post(get_executor(), [self = shared_from_this()] {
             self->guarded([&] {
               self->fail(error::message_size, flushed(), flushed(), frame_status::remote_operation);
             });
           });
-        },
-        true);
+        });
     return 0;
   }
   const std::size_t n = message ? total : std::min<std::size_t>(total, limit_);
   // Part of the frame may be on the wire when copying the rest cannot be allocated: the
   // connection fails then (its peer would read the next frame's bytes as the rest).
-  if (!guarded([&] { send_copied(payload_header(n, message), buffers); }, true)) return 0;
+  if (!guarded_in_call([&] { send_copied(payload_header(n, message), buffers); })) return 0;
   return n > 0 ? n : 1;  // an empty message still counts as sent
 }
 
@@ -217,11 +222,7 @@ void tcp_stream::send_copied(const wire::frame_header& h, const_buffer_list& pay
   if (written == header.size() + n) return payload.consume(n);
   std::vector<std::byte> frame = take_frame(n);
   std::memcpy(frame.data(), header.data(), header.size());
-  std::size_t copied = header.size();
-  payload.visit_front(n, [&](std::size_t, boost::asio::const_buffer piece) {
-    std::memcpy(frame.data() + copied, piece.data(), piece.size());
-    copied += piece.size();
-  });
+  payload.copy(0, n, frame.data() + header.size());
   frame.erase(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(written));
   queue_bytes({std::move(frame), response});
   payload.consume(n);  // once queued: bytes a failure to queue left are still the write's
@@ -265,7 +266,7 @@ std::size_t tcp_stream::transmit_direct(const const_buffer_list& buffers, bool m
   const std::size_t n = std::min<std::size_t>(total, limit_);
   if (n < min_direct_bytes) return 0;
   std::size_t sent = 0;
-  guarded([&] { sent = send_direct_frame(payload_header(n, message), buffers); }, true);
+  guarded_in_call([&] { sent = send_direct_frame(payload_header(n, message), buffers); });
   return sent;
 }
 
@@ -275,7 +276,7 @@ void tcp_stream::shutdown_send() {
   stream_ended_ = true;
   // After the requests started before it: the peer reads eof once their writes have landed.
   close_after_ = requests_started_;
-  guarded([this] { send_close_when_due(); }, true);
+  guarded_in_call([this] { send_close_when_due(); });
 }
 
 void tcp_stream::send_close_when_due() {

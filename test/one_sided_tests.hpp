@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -44,6 +45,15 @@ void run_until_done(asio::io_context& io, Predicate done,
   while (!done() && io.run_one_until(deadline) > 0) {
   }
   BOOST_REQUIRE_MESSAGE(done(), "operations did not complete within the time limit");
+}
+
+/// Runs `io` until nothing is left to run, 8 s at most (a close() that finishes leaves nothing):
+/// how long that took.
+inline std::chrono::milliseconds time_to_run_out(boost::asio::io_context& io) {
+  const auto start = std::chrono::steady_clock::now();
+  io.restart();
+  io.run_for(std::chrono::seconds(8));
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
 }
 
 inline bool all_bytes(std::span<const std::byte> bytes, std::byte value) {

@@ -2,7 +2,6 @@
 // stream protocol alone, on loopback queue pairs.
 #pragma once
 
-#include <chrono>
 #include <optional>
 
 #include "coverbs/detail/rdma_stream.hpp"
@@ -64,14 +63,5 @@ struct rdma_socket_pair : rdma_env {
     }
   }
 };
-
-/// Runs `io` until nothing is left to run, 8 s at most (a close() that finishes leaves nothing):
-/// how long that took.
-inline std::chrono::milliseconds time_to_run_out(boost::asio::io_context& io) {
-  const auto start = std::chrono::steady_clock::now();
-  io.restart();
-  io.run_for(std::chrono::seconds(8));
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-}
 
 }  // namespace coverbs::test

@@ -1,7 +1,8 @@
-// When the TCP transport cannot allocate a step of its own (a received message's slot, the
-// copy of a frame the socket took only part of), the connection fails with not_enough_memory
-// and nothing else: no exception leaves io_context::run or the caller's initiating function,
-// the peer sees a reset, and no byte of a frame cut short reaches it as anything else.
+// When the TCP transport cannot allocate a step of its own (a received message's slot, a
+// read's new inbox, the copy of a frame the socket took only part of), the connection fails
+// with not_enough_memory and nothing else: no exception leaves io_context::run or the
+// caller's initiating function, the peer sees a reset, no byte of a frame cut short reaches it
+// as anything else, and close() has nothing left to wait for.
 #include <array>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
@@ -63,6 +64,8 @@ BOOST_AUTO_TEST_CASE(a_message_whose_slot_cannot_be_allocated_fails_the_connecti
   const auto [a_got, a_error] = read_until_error(p.io, p.a);
   BOOST_TEST(a_got.empty());
   BOOST_TEST((a_error == asio::error::connection_reset), a_error.message());
+  p.b.close();
+  BOOST_TEST(test::time_to_run_out(p.peer_io).count() < 2000);
 }
 
 // b keeps an unread 4,000-byte message in its inbox's memory, so its next read from the socket
@@ -92,6 +95,8 @@ BOOST_AUTO_TEST_CASE(a_read_that_cannot_be_started_fails_the_connection) {
   BOOST_TEST((read.ec == boost::system::errc::not_enough_memory), read.ec.message());
   const auto [a_got, a_error] = read_until_error(p.io, p.a);
   BOOST_TEST((a_error == asio::error::connection_reset), a_error.message());
+  p.b.close();
+  BOOST_TEST(test::time_to_run_out(p.peer_io).count() < 2000);
 }
 
 // Small kernel buffers: a's write that finds room for part of its frame copies the rest into
@@ -134,6 +139,8 @@ BOOST_AUTO_TEST_CASE(a_frame_sent_in_part_whose_rest_cannot_be_copied_fails_the_
   BOOST_TEST((b_error == asio::error::connection_reset), b_error.message());
   const auto [a_got, a_error] = read_until_error(p.io, p.a);
   BOOST_TEST((a_error == boost::system::errc::not_enough_memory), a_error.message());
+  p.a.close();
+  BOOST_TEST(test::time_to_run_out(p.io).count() < 2000);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -210,11 +210,20 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
             bool defer = false);
   /// Closes the socket so that the peer sees a reset: nothing queued goes out after a gap.
   void reset_socket() noexcept;
-  /// Runs a step of the stream's own, from the scheduler (a completion, a posted turn) or
-  /// `inside_user_call`: where it cannot allocate, the connection fails (fail_for_memory).
-  /// Whether it ran whole.
+  /// Runs a step of the stream's own from the scheduler (a completion, a posted turn): where it
+  /// cannot allocate, the connection fails (fail_for_memory). Whether it ran whole.
   template <class Step>
-  bool guarded(Step&& step, bool inside_user_call = false) {
+  bool guarded(Step&& step) {
+    return run_guarded(std::forward<Step>(step), false);
+  }
+  /// guarded() for a step inside a user's call (an initiating function, a cancel), where no
+  /// handler may complete: the failure's are posted.
+  template <class Step>
+  bool guarded_in_call(Step&& step) {
+    return run_guarded(std::forward<Step>(step), true);
+  }
+  template <class Step>
+  bool run_guarded(Step&& step, bool inside_user_call) {
     try {
       std::forward<Step>(step)();
     } catch (const std::bad_alloc&) {
@@ -225,11 +234,14 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   }
   /// A step could not allocate, perhaps halfway through changing what the connection holds (a
   /// header taken without its payload, part of a frame written): nothing of it can be trusted.
-  /// The socket is reset at once, and every operation ends with not_enough_memory, from here
-  /// or, `inside_user_call` (which must not complete handlers), from a posted turn.
+  /// The socket is reset at once, and every operation ends as in a failed connection (reads
+  /// and receives with not_enough_memory, writes broken_pipe, one-sided operations flushed),
+  /// from here or, `inside_user_call`, from a posted turn.
   void fail_for_memory(bool inside_user_call) noexcept;
   /// fail_for_memory's end of the operations.
   void end_for_memory() noexcept;
+  /// Ends the direct writes (write, message) still pending with `ec`.
+  void end_direct_writes(error_code ec);
   fifo<one_sided_op> take_operations();
   /// Ends `ops` (taken out by take_operations): the oldest with `first`, the rest with `rest`.
   void finish_all(fifo<one_sided_op>& ops, error_code first, error_code rest, bool defer);
@@ -297,8 +309,8 @@ class tcp_stream final : public stream_core, public std::enable_shared_from_this
   std::array<direct_payload, 2> direct_payload_;
   std::size_t outgoing_bytes_ = 0;
   std::uint32_t responses_queued_ = 0;  ///< responses in outgoing_ not yet written whole
-  bool writing_ = false;
-  bool write_under_way_ = false;        ///< an asynchronous socket write is started and not completed
+  bool writing_ = false;                ///< write_next's sequence runs, until outgoing_ is empty
+  bool write_under_way_ = false;        ///< one of its socket writes is started and not completed
   fifo<one_sided_op> operations_;       ///< started and not completed (or withdrawn), in order
   std::size_t next_to_send_ = 0;        ///< index in operations_ of the first not sent nor passed
   std::uint64_t requests_started_ = 0;  ///< one-sided operations started, ever
