@@ -1,5 +1,6 @@
-// What tcp_stream's three source files share: receiving (tcp_stream.cpp), sending
-// (tcp_stream_send.cpp) and the one-sided operations it emulates (tcp_stream_one_sided.cpp).
+// What tcp_stream's four source files share: receiving (tcp_stream.cpp), sending
+// (tcp_stream_send.cpp), the one-sided operations it emulates (tcp_stream_one_sided.cpp), and
+// failure and close (tcp_stream_failure.cpp).
 #pragma once
 
 #include <boost/asio/error.hpp>
@@ -8,7 +9,7 @@
 #include "coverbs/detail/tcp_stream.hpp"
 #include "coverbs/error.hpp"
 
-// Each of the three files says `using namespace tcp_stream_shared;`.
+// Each of the four files says `using namespace tcp_stream_shared;`.
 namespace coverbs::detail::tcp_stream_shared {
 
 namespace error = boost::asio::error;
@@ -22,6 +23,11 @@ inline constexpr std::size_t max_outgoing_bytes = 2u << 20;
 // What operations still pending when the connection fails end with, as flushed work requests do.
 inline error_code flushed() {
   return make_error_code(wc_errc::flushed);
+}
+
+// What a frame that breaks the protocol fails the connection with.
+inline error_code malformed() {
+  return make_error_code(errc::malformed_frame);
 }
 
 // The cancellation slot of the handler a one-sided operation holds (a size's or a value's).
